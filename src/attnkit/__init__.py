@@ -1,0 +1,16 @@
+"""attnkit: attention mechanisms in deep learning — complete, exact and fast, on PyTorch.
+
+    >>> import attnkit as ak
+    >>> out = ak.attention(q, k, v, score="additive" or ak.scores.Additive(...), align="softmax")
+
+See README.md and docs/core.md for the map from the survey's equations to this API.
+"""
+
+from attnkit.core import align, masks, scores
+from attnkit.core.call import AttentionOutput
+from attnkit.core.engine import attention
+from attnkit.core.general import GeneralAttention
+
+__version__ = "0.1.0"
+
+__all__ = ["AttentionOutput", "GeneralAttention", "__version__", "align", "attention", "masks", "scores"]

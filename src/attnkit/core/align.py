@@ -1,0 +1,374 @@
+"""Alignment functions: ``a_l = align(e_l; e)`` (survey eq. 3, §3.2.2).
+
+An alignment maps the scores of each query, ``e [..., M, N]``, to attention weights over its ``N``
+keys. ``mask`` (bool, broadcastable to ``e``, True = may attend) removes keys: they get exactly zero
+weight and zero gradient, and a row with no admissible key gets all-zero weights — never NaN.
+
+Deterministic alignments return the weights from ``forward``. Stochastic ones (``Hard``,
+``Reinforced``) also have ``sample(...) -> (weights, log_prob)``: the log-probability of what was
+sampled, for REINFORCE, with ``reinforce_loss(log_prob, reward)`` and a moving-average baseline.
+
+Example::
+
+    >>> import torch, attnkit as ak
+    >>> e = torch.tensor([[1.0, 2.0, 3.0]])
+    >>> ak.align.Softmax()(e, torch.tensor([[True, True, False]]))
+    tensor([[0.2689, 0.7311, 0.0000]])
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import entmax
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.core.registry import Registry
+from attnkit.core.scores import Additive
+
+
+def masked_softmax(e: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
+    """Softmax over ``dim`` (eq. 25) restricted to ``mask``; rows with no admissible key give 0."""
+    if mask is not None:
+        e = e.masked_fill(~mask, float("-inf"))
+    # Softmax is shift-invariant, so the max can be a constant: this keeps all-masked rows finite.
+    peak = e.detach().amax(dim, keepdim=True)
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    p = torch.exp(e - peak)
+    total = p.sum(dim, keepdim=True)
+    return p / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def masked_log_softmax(e: Tensor, mask: Tensor | None = None) -> Tensor:
+    """``log`` of :func:`masked_softmax` over the last dim; masked entries are ``-inf``."""
+    if mask is not None:
+        e = e.masked_fill(~mask, float("-inf"))
+    peak = e.detach().amax(-1, keepdim=True)
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    shifted = e - peak
+    return shifted - torch.logsumexp(shifted, -1, keepdim=True)
+
+
+class Align(nn.Module):
+    """Base class of alignment functions.
+
+    Class attributes let the engine and the tests treat alignments uniformly:
+
+    - ``normalized``: the weights of a row with an admissible key sum to 1;
+    - ``stochastic``: ``sample()`` draws at random in training mode and returns a log-probability;
+    - ``parametric``: has learned parameters, so it must be constructed with its sizes.
+    """
+
+    normalized: bool = True
+    stochastic: bool = False
+    parametric: bool = False
+    registry_name: str = ""
+
+    def forward(
+        self,
+        e: Tensor,
+        mask: Tensor | None = None,
+        *,
+        query: Tensor | None = None,
+        key: Tensor | None = None,
+        q_offset: int = 0,
+    ) -> Tensor:
+        """Weights ``[..., M, N]`` from scores ``e [..., M, N]``.
+
+        Args:
+            e: scores.
+            mask: bool, broadcastable to ``e``; True = may attend.
+            query: ``[..., M, d_q]``, for alignments that look at the queries (local-predictive).
+            key: ``[..., N, d_k]``, for alignments that look at the keys (reinforced).
+            q_offset: position of the first row of ``e`` among all queries (blockwise callers).
+        """
+        return self.sample(e, mask, query=query, key=key, q_offset=q_offset)[0]
+
+    def sample(
+        self,
+        e: Tensor,
+        mask: Tensor | None = None,
+        *,
+        query: Tensor | None = None,
+        key: Tensor | None = None,
+        q_offset: int = 0,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``(weights, log_prob)``; ``log_prob [..., M]`` is None for deterministic alignments."""
+        raise NotImplementedError
+
+
+ALIGNS: Registry[Align] = Registry("align", Align, "ak.align")
+
+
+@ALIGNS.register("softmax", "soft", "global")
+class Softmax(Align):
+    """Soft / global alignment: ``a_l = exp(e_l) / sum_j exp(e_j)`` (eq. 25)."""
+
+    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        return masked_softmax(e, mask), None
+
+
+def _fill_masked(e: Tensor, mask: Tensor | None) -> Tensor:
+    """Replace masked scores by a finite value below every sparse support.
+
+    Sparsemax gives zero weight to scores below ``max - 1`` and 1.5-entmax to scores below
+    ``max - 2`` (their thresholds), so any value under that is exactly like an absent key —
+    and, unlike ``-inf``, cannot produce NaN in their sort-based thresholds (entmax#19).
+    """
+    if mask is None:
+        return e
+    mask = mask.expand_as(e)
+    peak = e.detach().masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)
+    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    return torch.where(mask, e, peak - 2 * peak.abs() - 4)
+
+
+@ALIGNS.register("sparsemax")
+class Sparsemax(Align):
+    """Sparsemax (Martins & Astudillo 2016): Euclidean projection of ``e`` onto the simplex."""
+
+    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        a = entmax.sparsemax(_fill_masked(e, mask), dim=-1)
+        return (a if mask is None else a * mask), None
+
+
+@ALIGNS.register("entmax15")
+class Entmax15(Align):
+    """1.5-entmax (Peters, Niculae & Martins 2019): sparse, between softmax and sparsemax."""
+
+    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        a = entmax.entmax15(_fill_masked(e, mask), dim=-1)
+        return (a if mask is None else a * mask), None
+
+
+@ALIGNS.register("topk")
+class TopK(Align):
+    """Softmax over the ``k`` highest-scoring admissible keys of each query (others get 0)."""
+
+    def __init__(self, k: int = 8) -> None:
+        super().__init__()
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"topk needs a positive int k, got {k!r}")
+        self.k = k
+
+    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        filled = e.detach() if mask is None else e.detach().masked_fill(~mask, float("-inf"))
+        best = filled.topk(min(self.k, e.shape[-1]), dim=-1).indices
+        keep = torch.zeros_like(e, dtype=torch.bool).scatter(-1, best, True)
+        if mask is not None:
+            keep = keep & mask
+        return masked_softmax(e, keep), None
+
+
+class _Reinforce(Align):
+    """REINFORCE with a moving-average baseline, shared by the stochastic alignments."""
+
+    stochastic = True
+
+    def __init__(self, baseline_decay: float = 0.9) -> None:
+        super().__init__()
+        if not 0.0 <= baseline_decay < 1.0:
+            raise ValueError(f"baseline_decay must lie in [0, 1), got {baseline_decay}")
+        self.baseline_decay = baseline_decay
+        self.register_buffer("baseline", torch.zeros(()))
+
+    def reinforce_loss(self, log_prob: Tensor, reward: Tensor) -> Tensor:
+        """REINFORCE surrogate ``-mean((reward - baseline) · log_prob)``; updates the baseline.
+
+        Args:
+            log_prob: ``[B, ...]`` from ``sample()`` (or ``AttentionOutput.log_prob``).
+            reward: ``[B]`` or broadcastable to ``log_prob``; higher is better. Not differentiated.
+        """
+        reward = reward.detach().to(log_prob.dtype)
+        if reward.dim() == 1 and log_prob.dim() > 1:
+            reward = reward.view(-1, *([1] * (log_prob.dim() - 1)))
+        advantage = reward - self.baseline.to(log_prob.dtype)
+        loss = -(advantage * log_prob).mean()
+        if self.training:
+            d = self.baseline_decay
+            self.baseline.mul_(d).add_((1 - d) * reward.mean().to(self.baseline.dtype))
+        return loss
+
+
+@ALIGNS.register("hard")
+class Hard(_Reinforce):
+    """Hard (stochastic) alignment of Xu et al.: one key per query (eq. 26, ``c = v_m``).
+
+    In training mode ``m`` is drawn from the softmax of the scores; in eval mode it is the argmax.
+    Gradients, by ``estimator``:
+
+    - ``"reinforce"``: the one-hot weights carry no gradient; train the scores with
+      ``reinforce_loss(log_prob, reward)`` where ``log_prob = log a_m``;
+    - ``"straight_through"``: Gumbel-softmax with temperature ``temperature``: the forward pass is
+      one-hot, the backward pass is that of the relaxed softmax (Jang et al. 2017).
+    """
+
+    def __init__(
+        self,
+        estimator: Literal["reinforce", "straight_through"] = "reinforce",
+        temperature: float = 1.0,
+        baseline_decay: float = 0.9,
+    ) -> None:
+        super().__init__(baseline_decay)
+        if estimator not in ("reinforce", "straight_through"):
+            raise ValueError(
+                f"hard alignment estimator must be 'reinforce' or 'straight_through', "
+                f"got {estimator!r}"
+            )
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.estimator = estimator
+        self.temperature = temperature
+
+    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        log_p = masked_log_softmax(e, mask)
+        has_key = torch.isfinite(log_p).any(-1, keepdim=True)
+        relaxed = None
+        if not self.training:
+            choice = log_p.argmax(-1, keepdim=True)
+        elif self.estimator == "reinforce":
+            probs = torch.where(has_key, log_p.detach().exp(), torch.ones_like(log_p))
+            choice = torch.multinomial(probs.reshape(-1, e.shape[-1]), 1).view(*e.shape[:-1], 1)
+        else:
+            gumbel = -torch.log(-torch.log(torch.rand_like(e).clamp(1e-20, 1.0)).clamp_min(1e-20))
+            relaxed = masked_softmax((e + gumbel) / self.temperature, mask)
+            choice = relaxed.detach().argmax(-1, keepdim=True)
+        one_hot = torch.zeros_like(log_p).scatter(-1, choice, 1.0) * has_key
+        weights = one_hot if relaxed is None else one_hot - relaxed.detach() + relaxed
+        log_prob = log_p.gather(-1, choice).squeeze(-1)
+        log_prob = torch.where(has_key.squeeze(-1), log_prob, torch.zeros_like(log_prob))
+        return weights, log_prob
+
+
+class _Local(Align):
+    """Softmax inside the window ``[p - D, p + D]`` around a position ``p`` per query (eq. 27)."""
+
+    def __init__(self, window: int) -> None:
+        super().__init__()
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"local alignment needs a positive int window D, got {window!r}")
+        self.window = window
+
+    def _window(self, e: Tensor, mask: Tensor | None, p: Tensor) -> Tensor:
+        positions = torch.arange(e.shape[-1], device=e.device, dtype=p.dtype)
+        inside = (positions - p).abs() <= self.window
+        return inside if mask is None else inside & mask
+
+
+@ALIGNS.register("local_monotonic")
+class LocalMonotonic(_Local):
+    """Local-monotonic alignment of Luong et al.: ``p`` = the query's own position, eq. (27).
+
+    Query ``i`` attends keys ``l`` with ``|l - i| <= D`` (``2D + 1`` keys where they exist).
+    ``window`` defaults to ``D = 10``, the value of Luong et al. (2015).
+    """
+
+    def __init__(self, window: int = 10) -> None:
+        super().__init__(window)
+
+    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        p = torch.arange(q_offset, q_offset + e.shape[-2], device=e.device, dtype=torch.float64)
+        return masked_softmax(e, self._window(e, mask, p.unsqueeze(-1))), None
+
+
+@ALIGNS.register("local_predictive")
+class LocalPredictive(_Local):
+    """Local-predictive alignment of Luong et al. (eq. 28-29).
+
+    ``p = S · sigmoid(w_p^T tanh(W_p q))`` is predicted from the query, with ``S`` the length of
+    the row's input (the last admissible key + 1); the softmax inside ``[p - D, p + D]`` is
+    multiplied by the Gaussian ``exp(-(l - p)^2 / (2 sigma^2))``, ``sigma = D / 2``, which makes the
+    weights differentiable in ``p``. Like the paper, the weights are not renormalised afterwards.
+
+    Args:
+        d_query: size of the queries.
+        window: ``D``.
+        d_hidden: rows of ``W_p`` (``d_p``); defaults to ``d_query``.
+    """
+
+    normalized = False
+    parametric = True
+
+    def __init__(self, d_query: int, window: int, d_hidden: int | None = None) -> None:
+        super().__init__(window)
+        self.d_query = d_query
+        self.W_p = nn.Linear(d_query, d_hidden or d_query, bias=False)
+        self.w_p = nn.Linear(d_hidden or d_query, 1, bias=False)
+
+    def position(self, query: Tensor, lengths: Tensor) -> Tensor:
+        """``p [..., M, 1]`` of eq. (28) for queries ``[..., M, d_q]`` and row lengths ``S``."""
+        return lengths * torch.sigmoid(self.w_p(torch.tanh(self.W_p(query))))
+
+    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        if query is None or query.shape[-1] != self.d_query:
+            given = None if query is None else tuple(query.shape)
+            raise ValueError(
+                f"local_predictive needs the queries [..., M, {self.d_query}], got {given}"
+            )
+        n = e.shape[-1]
+        positions = torch.arange(n, device=e.device, dtype=e.dtype)
+        if mask is None:
+            lengths = torch.full((1,), float(n), device=e.device, dtype=e.dtype)
+        else:
+            lengths = ((positions + 1) * mask.expand_as(e)).amax(-1, keepdim=True)
+        p = self.position(query, lengths)  # [..., M, 1]
+        a = masked_softmax(e, self._window(e, mask, p.detach()))
+        sigma = self.window / 2
+        return a * torch.exp(-((positions - p) ** 2) / (2 * sigma**2)), None
+
+
+@ALIGNS.register("reinforced")
+class Reinforced(_Reinforce):
+    """Reinforced alignment (Shen et al. 2018): a learned policy picks a subset of the keys, and
+    soft alignment (eq. 25) runs inside it.
+
+    The policy keeps key ``l`` for query ``q`` with probability
+    ``pi_l = sigmoid(w^T tanh(W1 q + W2 k_l + b))`` — sampled in training mode, ``pi_l > 0.5`` in
+    eval mode. It is trained by REINFORCE (``reinforce_loss``) from
+    ``log_prob = sum_l log P(z_l)`` over the admissible keys. When the policy keeps no admissible
+    key of a row, the row falls back to all its admissible keys (so a row is never emptied by the
+    policy alone).
+
+    Args:
+        d_query, d_key: sizes of the queries and keys the policy reads.
+        d_hidden: hidden size of the policy network (default ``d_query``).
+        baseline_decay: of the moving-average REINFORCE baseline.
+    """
+
+    parametric = True
+
+    def __init__(
+        self, d_query: int, d_key: int, d_hidden: int | None = None, baseline_decay: float = 0.9
+    ) -> None:
+        super().__init__(baseline_decay)
+        self.policy = Additive(d_query, d_key, d_hidden or d_query)
+
+    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        if query is None or key is None:
+            raise ValueError("reinforced alignment needs the queries and keys its policy reads")
+        logits = self.policy(query, key)  # [..., M, N]
+        if self.training:
+            chosen = torch.bernoulli(torch.sigmoid(logits.detach())).bool()
+        else:
+            chosen = logits.detach() > 0
+        admissible = torch.ones_like(chosen) if mask is None else mask.expand_as(chosen)
+        kept = chosen & admissible
+        kept = torch.where(kept.any(-1, keepdim=True), kept, admissible)
+        log_p = torch.where(chosen, F.logsigmoid(logits), F.logsigmoid(-logits))
+        log_prob = (log_p * admissible).sum(-1)
+        return masked_softmax(e, kept), log_prob
+
+
+def resolve_align(spec: str | Align) -> Align:
+    """An :class:`Align` from a registered name (see ``ALIGNS.names()``) or an ``Align`` object."""
+    return ALIGNS.resolve(spec)
+
+
+def build_align(spec: str | Align, d_query: int, d_key: int) -> Align:
+    """An :class:`Align` for queries/keys of these sizes; constructs ``"reinforced"`` from its
+    name (``"local_predictive"`` needs its window: pass an object)."""
+    if isinstance(spec, str) and ALIGNS.get(spec) is Reinforced:
+        return Reinforced(d_query, d_key)
+    return resolve_align(spec)

@@ -1,0 +1,205 @@
+"""One attention call, checked and normalised before any computation.
+
+``prepare()`` validates what the user passed to :func:`attnkit.attention` and returns an
+:class:`AttentionCall` in one canonical form (4-D tensors, resolved score/alignment objects, one
+boolean mask) that every backend reads. All bad input is rejected here, with a message naming what
+was expected and what was given, so no backend ever fails deep inside PyTorch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attnkit.core.align import Align, resolve_align
+from attnkit.core.masks import MaskMod, ScoreMod, causal_mod, create_mask
+from attnkit.core.scores import Score, resolve_score
+
+
+@dataclass(frozen=True)
+class AttentionOutput:
+    """What :func:`attnkit.attention` returns.
+
+    Attributes:
+        context: ``c`` of eq. (4), ``[B, H, M, d_v]`` (``[B, M, d_v]`` for 3-D inputs).
+        weights: ``a`` of eq. (3), ``[B, H, M, N]`` (``[B, H, M, N, d_v]`` multi-dimensional),
+            only when ``return_weights=True``; before dropout.
+        lse: log-sum-exp of each query's admissible scores ``[B, H, M]`` (``-inf`` when it has no
+            admissible key), for softmax alignment; lets partial results over disjoint key sets be
+            merged exactly. ``None`` when the alignment is not a softmax or the backend has none.
+        log_prob: ``[B, H, M]`` log-probability of what a stochastic alignment sampled (``Hard``,
+            ``Reinforced``), for REINFORCE; else ``None``.
+        output: ``y_hat`` of a module's output model (eq. 5), for modules that have one.
+    """
+
+    context: Tensor
+    weights: Tensor | None = None
+    lse: Tensor | None = None
+    log_prob: Tensor | None = None
+    output: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """A validated call in canonical form: 4-D ``q [B, H, M, d_q]``, ``k [B, H, N, d_k]``,
+    ``v [B, H, N, d_v]`` (k/v heads repeated to H for grouped-query inputs)."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    score: Score
+    align: Align
+    mask: Tensor | None  # bool, broadcastable to [B, H, M, N]; True = may attend
+    bias: Tensor | None  # finite additive float mask, broadcastable to [B, H, M, N]
+    score_mod: ScoreMod | None
+    scale: float | None
+    dropout: float
+    return_weights: bool
+    three_d: bool  # inputs were [B, L, d]: outputs drop the head dimension
+    only_causal: bool = False  # ``mask`` is exactly the causal mask (kernels have a flag for it)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """``(B, H, M, N)``."""
+        b, h, m, _ = self.q.shape
+        return b, h, m, self.k.shape[-2]
+
+
+def _describe(t: Tensor) -> str:
+    return f"shape {tuple(t.shape)}, dtype {t.dtype}, device {t.device}"
+
+
+def _check_tensors(q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if not (q.dim() == k.dim() == v.dim()) or q.dim() not in (3, 4):
+        raise ValueError(
+            "q, k, v must all be 3-D [B, L, d] or all 4-D [B, H, L, d], got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            "k and v must hold the same number of keys (dim -2), got k "
+            f"{tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    if not (q.shape[0] == k.shape[0] == v.shape[0]):
+        raise ValueError(
+            f"q, k, v must share the batch size (dim 0), got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.dim() == 4:
+        if k.shape[1] != v.shape[1]:
+            raise ValueError(
+                f"k and v must have the same number of heads (dim 1), got k {tuple(k.shape)} "
+                f"and v {tuple(v.shape)}"
+            )
+        if k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+            raise ValueError(
+                f"the query heads ({q.shape[1]}) must be a multiple of the key/value heads "
+                f"({k.shape[1]}), got q {tuple(q.shape)} and k {tuple(k.shape)}"
+            )
+
+
+def _check_mask(mask: Tensor, target: tuple[int, ...], three_d: bool) -> Tensor:
+    """Validate ``mask`` against ``target = (B, H, M, N)``; return it 4-D."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if not (mask.dtype == torch.bool or mask.is_floating_point()):
+        raise ValueError(
+            f"mask must be bool (True = may attend) or floating (added to the scores), "
+            f"got dtype {mask.dtype}"
+        )
+    given = tuple(mask.shape)
+    if three_d and mask.dim() <= 3:
+        mask = mask.reshape((1,) * (3 - mask.dim()) + given).unsqueeze(-3)
+    expected = (target[0], target[2], target[3]) if three_d else target
+    try:
+        ok = torch.broadcast_shapes(mask.shape, target) == target
+    except RuntimeError:
+        ok = False
+    if not ok or mask.dim() > 4:
+        raise ValueError(f"mask of shape {given} does not broadcast to the scores' shape {expected}")
+    return mask
+
+
+def _combine(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
+def prepare(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    score: str | Score = "scaled_dot",
+    align: str | Align = "softmax",
+    mask: Tensor | None = None,
+    causal: bool = False,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    return_weights: bool = False,
+) -> AttentionCall:
+    """Check the arguments of :func:`attnkit.attention` and normalise them (see module doc)."""
+    _check_tensors(q, k, v)
+    score_obj = resolve_score(score)
+    align_obj = resolve_align(align)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
+        raise TypeError(f"scale must be a float or None, got {type(scale).__name__}")
+    three_d = q.dim() == 3
+    if three_d:
+        q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
+    score_obj.check(q.shape[-1], k.shape[-1], k.shape[-2])
+    if score_obj.value_features is not None and score_obj.value_features != v.shape[-1]:
+        raise ValueError(
+            f"multi-dimensional score gives {score_obj.value_features} features per key, "
+            f"but v has d_v={v.shape[-1]} (v {tuple(v.shape)})"
+        )
+    if k.shape[1] != q.shape[1]:  # grouped-query: each k/v head serves a group of query heads
+        groups = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    b, h, m, n = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    target = (b, h, m, n)
+
+    allowed, bias = None, None
+    if mask is not None:
+        mask = _check_mask(mask, target, three_d).to(q.device)
+        if mask.dtype == torch.bool:
+            allowed = mask
+        else:
+            # -inf entries of a float mask remove keys; finite entries are added to the scores.
+            allowed = ~torch.isneginf(mask)
+            bias = torch.where(allowed, mask, torch.zeros_like(mask)).to(q.dtype)
+    if causal:
+        allowed = _combine(allowed, create_mask(causal_mod(n - m), b, h, m, n, q.device))
+    if mask_mod is not None:
+        allowed = _combine(allowed, create_mask(mask_mod, b, h, m, n, q.device))
+    return AttentionCall(
+        q=q,
+        k=k,
+        v=v,
+        score=score_obj,
+        align=align_obj,
+        mask=allowed,
+        bias=bias,
+        score_mod=score_mod,
+        scale=None if scale is None else float(scale),
+        dropout=float(dropout),
+        return_weights=return_weights,
+        three_d=three_d,
+        only_causal=causal and mask is None and mask_mod is None,
+    )

@@ -1,0 +1,166 @@
+"""``attention()``: one call for every score and alignment; the engine picks how to compute it.
+
+Backends are declared as data (STYLE.md, after xFormers' dispatch): each names itself, says why it
+cannot run a given call, and runs it. The engine takes the first backend with no reasons against
+it; forcing a backend that cannot run raises with its reasons. No backend changes the result to
+gain speed — every one is tested against the float64 materialised formula.
+
+Einsum letters / shapes: B batch, H heads, M queries, N keys, d_q/d_k/d_v feature sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from attnkit.core.align import Align
+from attnkit.core.call import AttentionCall, AttentionOutput, prepare
+from attnkit.core.masks import MaskMod, ScoreMod
+from attnkit.core.reference import reference_attention
+from attnkit.core.scores import Score
+from attnkit.core.sdpa import sdpa_attention, sdpa_reasons
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A way to compute attention: what it is, why it cannot take a call, and how it runs one."""
+
+    name: str
+    description: str
+    reasons: Callable[[AttentionCall], list[str]]
+    run: Callable[[AttentionCall], AttentionOutput]
+
+
+BACKENDS: list[Backend] = [
+    Backend(
+        "sdpa",
+        "torch.nn.functional.scaled_dot_product_attention (fused kernels)",
+        sdpa_reasons,
+        sdpa_attention,
+    ),
+    Backend(
+        "reference",
+        "the materialised formula, eq. (2)-(4): every score, alignment and option",
+        lambda call: [],
+        reference_attention,
+    ),
+]
+
+
+def backend_named(name: str) -> Backend:
+    """The registered backend called ``name``."""
+    for backend in BACKENDS:
+        if backend.name == name:
+            return backend
+    valid = ", ".join(b.name for b in BACKENDS)
+    raise ValueError(f"unknown backend {name!r}; expected one of: {valid}")
+
+
+def choose_backend(call: AttentionCall, backend: str | None = None) -> Backend:
+    """The backend that runs ``call``: ``backend`` if it can, else the first that fits."""
+    if backend is not None:
+        chosen = backend_named(backend)
+        reasons = chosen.reasons(call)
+        if reasons:
+            raise ValueError(f"backend {backend!r} cannot run this call: " + "; ".join(reasons))
+        return chosen
+    for candidate in BACKENDS:
+        if not candidate.reasons(call):
+            return candidate
+    raise AssertionError("the reference backend takes every call")  # pragma: no cover
+
+
+def explain(call: AttentionCall) -> list[tuple[str, list[str]]]:
+    """For each backend in order, the reasons it cannot run ``call`` (empty list = it can)."""
+    return [(b.name, b.reasons(call)) for b in BACKENDS]
+
+
+def _to_user_shapes(call: AttentionCall, out: AttentionOutput) -> AttentionOutput:
+    if not call.three_d:
+        return out
+
+    def squeeze(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.squeeze(1)
+
+    return AttentionOutput(
+        context=out.context.squeeze(1),
+        weights=squeeze(out.weights),
+        lse=squeeze(out.lse),
+        log_prob=squeeze(out.log_prob),
+    )
+
+
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    score: str | Score = "scaled_dot",
+    align: str | Align = "softmax",
+    mask: Tensor | None = None,
+    causal: bool = False,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    return_weights: bool = False,
+    backend: str | None = None,
+) -> AttentionOutput:
+    """The general attention module (survey eq. 2-4; multi-dimensional eq. 30-32).
+
+    Args:
+        q: queries ``[B, H, M, d_q]`` or ``[B, M, d_q]``.
+        k: keys ``[B, H_kv, N, d_k]`` or ``[B, N, d_k]``; ``H_kv`` divides ``H`` (grouped-query
+            attention: each key/value head serves ``H / H_kv`` query heads).
+        v: values ``[B, H_kv, N, d_v]`` or ``[B, N, d_v]``.
+        score: a name (``"additive"``, ``"dot"``, ``"scaled_dot"``, ``"general"``,
+            ``"biased_general"``, ``"activated_general"``, ``"cosine"``, ``"euclidean"``,
+            ``"location"``) or an ``ak.scores.Score`` (required for scores with parameters).
+        align: a name (``"softmax"``, ``"hard"``, ``"local_monotonic"``, ``"local_predictive"``,
+            ``"sparsemax"``, ``"entmax15"``, ``"topk"``, ``"reinforced"``) or an ``ak.align.Align``.
+        mask: bool (True = may attend) or float (added to the scores; ``-inf`` removes a key),
+            broadcastable to ``[B, H, M, N]`` (``[B, M, N]`` for 3-D inputs).
+        causal: query ``i`` attends keys ``j <= i + N - M`` (bottom-right aligned); combined with
+            ``mask`` and ``mask_mod`` by logical and.
+        score_mod: ``score_mod(score, b, h, q_idx, kv_idx)`` (FlexAttention's signature), applied
+            after the score function and the float mask.
+        mask_mod: ``mask_mod(b, h, q_idx, kv_idx) -> bool`` (FlexAttention's signature).
+        scale: multiplies the scores; for ``scaled_dot`` it replaces ``1/sqrt(d_k)``.
+        dropout: probability of zeroing each attention weight (drawn from torch's RNG, so
+            reproducible with ``torch.manual_seed``). Applied whenever > 0: modules pass 0 in eval.
+        return_weights: also return the attention weights.
+        backend: force a backend (``"sdpa"``, ``"reference"``); raises if it cannot run the call.
+
+    Returns:
+        :class:`AttentionOutput` with ``context [B, H, M, d_v]`` (3-D in, 3-D out), and
+        ``weights``, ``lse``, ``log_prob`` as documented there.
+
+    A query with no admissible key gets a zero context, zero weights and zero gradients (never
+    NaN). NaN in admissible inputs propagates to the outputs it reaches; inputs at masked
+    positions must be finite too (as in PyTorch, a NaN value times a zero weight is NaN).
+
+    Example::
+
+        >>> import torch, attnkit as ak
+        >>> q, k, v = torch.randn(2, 4, 5, 16), torch.randn(2, 4, 7, 16), torch.randn(2, 4, 7, 32)
+        >>> out = ak.attention(q, k, v, causal=True, return_weights=True)
+        >>> out.context.shape, out.weights.shape
+        (torch.Size([2, 4, 5, 32]), torch.Size([2, 4, 5, 7]))
+    """
+    call = prepare(
+        q,
+        k,
+        v,
+        score=score,
+        align=align,
+        mask=mask,
+        causal=causal,
+        score_mod=score_mod,
+        mask_mod=mask_mod,
+        scale=scale,
+        dropout=dropout,
+        return_weights=return_weights,
+    )
+    return _to_user_shapes(call, choose_backend(call, backend).run(call))

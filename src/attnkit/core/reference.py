@@ -1,0 +1,104 @@
+"""The materialised path: the general attention module computed as written (survey eq. 2-4, 30-32).
+
+It is the readable definition every faster backend must match, and the backend of last resort: it
+holds the full score tensor ``[B, H, M, N]`` (``[B, H, M, N, d_v]`` multi-dimensional).
+
+Equivalent code, for single-dimensional attention::
+
+    e = score(q, k, scale)                     # eq. (2)   [B, H, M, N]
+    e = score_mod(e + bias, b, h, q_idx, kv_idx)
+    a = align(e, mask)                         # eq. (3)   [B, H, M, N]
+    c = dropout(a) @ v                         # eq. (4)   [B, H, M, d_v]
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attnkit.core.align import Softmax
+from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.masks import index_grids
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Scores and alignments of half-precision inputs are computed in float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def call_scores(call: AttentionCall, q: Tensor, k: Tensor, q_offset: int = 0) -> Tensor:
+    """Scores of queries ``q`` (rows ``q_offset…`` of the call) against keys ``k``, with the
+    call's bias and ``score_mod`` applied, in the compute dtype. ``[B, H, m, N(, d_v)]``."""
+    dtype = compute_dtype(q.dtype)
+    param = next(iter(call.score.parameters()), None)
+    arg_dtype = dtype if param is None else param.dtype  # parametric scores run in their dtype
+    e = call.score(q.to(arg_dtype), k.to(arg_dtype), call.scale).to(dtype)
+    multi = call.score.value_features is not None
+    if call.bias is not None:
+        bias = call.bias[..., q_offset : q_offset + q.shape[-2], :] if call.bias.shape[-2] > 1 else call.bias
+        e = e + (bias.unsqueeze(-1) if multi else bias).to(dtype)
+    if call.score_mod is not None:
+        b, h, _, n = call.shape
+        grids = index_grids(b, h, q.shape[-2], n, q.device, extra=int(multi))
+        grids = (grids[0], grids[1], grids[2] + q_offset, grids[3])
+        e = call.score_mod(e, *grids)
+    return e
+
+
+def align_multi_dimensional(call: AttentionCall, e: Tensor, mask: Tensor | None, q: Tensor, k: Tensor, q_offset: int = 0) -> tuple[Tensor, Tensor | None]:
+    """Eq. (32): the alignment applied over the keys separately for each of the ``d_v`` features.
+
+    The feature axis is folded into the head axis so every alignment (which works on rows of
+    ``[..., M, N]``) applies unchanged. ``e [B, H, M, N, D]`` → weights ``[B, H, M, N, D]``.
+    """
+    b, h, m, n, d = e.shape
+    folded = e.permute(0, 1, 4, 2, 3).reshape(b, h * d, m, n)
+    if mask is not None:
+        mask = mask.expand(b, h, m, n).unsqueeze(2).expand(b, h, d, m, n).reshape(b, h * d, m, n)
+    queries = q.unsqueeze(2).expand(b, h, d, *q.shape[-2:]).reshape(b, h * d, *q.shape[-2:])
+    keys = k.unsqueeze(2).expand(b, h, d, *k.shape[-2:]).reshape(b, h * d, *k.shape[-2:])
+    a, log_prob = call.align.sample(folded, mask, query=queries, key=keys, q_offset=q_offset)
+    a = a.view(b, h, d, m, n).permute(0, 1, 3, 4, 2)
+    if log_prob is not None:
+        log_prob = log_prob.view(b, h, d, m).sum(2)  # features are drawn independently
+    return a, log_prob
+
+
+def attend_rows(call: AttentionCall, q_offset: int = 0, rows: int | None = None) -> AttentionOutput:
+    """Materialised attention for query rows ``[q_offset, q_offset + rows)`` of the call."""
+    m = call.q.shape[-2]
+    rows = m - q_offset if rows is None else rows
+    q = call.q[..., q_offset : q_offset + rows, :]
+    k, v = call.k, call.v
+    mask = call.mask
+    if mask is not None and mask.shape[-2] > 1:
+        mask = mask[..., q_offset : q_offset + rows, :]
+
+    e = call_scores(call, q, k, q_offset)
+    dtype = e.dtype
+    if call.score.value_features is not None:
+        a, log_prob = align_multi_dimensional(call, e, mask, q, k, q_offset)
+    else:
+        a, log_prob = call.align.sample(e, mask, query=q, key=k, q_offset=q_offset)
+    a_used = F.dropout(a, call.dropout) if call.dropout > 0 else a
+    if call.score.value_features is not None:
+        context = torch.einsum("bhmnd,bhnd->bhmd", a_used, v.to(dtype))  # eq. (30)
+    else:
+        context = a_used @ v.to(dtype)  # eq. (4)
+
+    lse = None
+    if isinstance(call.align, Softmax) and call.score.value_features is None:
+        masked = e if mask is None else e.masked_fill(~mask, float("-inf"))
+        lse = torch.logsumexp(masked, dim=-1)
+    return AttentionOutput(
+        context=context.to(call.q.dtype),
+        weights=a.to(call.q.dtype) if call.return_weights else None,
+        lse=lse,
+        log_prob=log_prob,
+    )
+
+
+def reference_attention(call: AttentionCall) -> AttentionOutput:
+    """All query rows at once: the survey's general attention module, materialised."""
+    return attend_rows(call)

@@ -1,0 +1,54 @@
+"""The ``sdpa`` backend: PyTorch's fused ``scaled_dot_product_attention`` for (scaled) dot + softmax.
+
+Equivalent to the reference path for ``score in {"dot", "scaled_dot"}``, ``align="softmax"``; it
+neither materialises the weights nor applies a ``score_mod``, so calls asking for those go
+elsewhere. Causal masks with ``M != N`` are passed as an explicit bottom-right boolean mask (SDPA's
+own ``is_causal`` is top-left, pytorch/pytorch#108108); with ``M == N`` and no other mask the
+kernel's ``is_causal`` fast path is used.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnkit.core.align import Softmax
+from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.scores import Dot, ScaledDot
+
+SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def sdpa_reasons(call: AttentionCall) -> list[str]:
+    """Why the ``sdpa`` backend cannot compute ``call`` (empty when it can)."""
+    reasons = []
+    if type(call.score) not in (Dot, ScaledDot):
+        reasons.append(f"score {call.score.registry_name!r} is not 'dot' or 'scaled_dot'")
+    if type(call.align) is not Softmax:
+        reasons.append(f"align {call.align.registry_name!r} is not 'softmax'")
+    if call.return_weights:
+        reasons.append("weights were asked for (SDPA does not return them)")
+    if call.score_mod is not None:
+        reasons.append("a score_mod was given")
+    if call.dropout > 0:
+        reasons.append("dropout > 0 (attnkit's dropout must draw from one seeded stream)")
+    if call.q.dtype not in SDPA_DTYPES:
+        reasons.append(f"dtype {call.q.dtype} is not supported")
+    return reasons
+
+
+def sdpa_attention(call: AttentionCall) -> AttentionOutput:
+    """Run ``call`` through ``F.scaled_dot_product_attention`` (see :func:`sdpa_reasons`)."""
+    scale = call.scale
+    if type(call.score) is Dot and scale is None:
+        scale = 1.0  # SDPA's default 1/sqrt(d_k) is the *scaled* dot product
+    _, _, m, n = call.shape
+    # Square causal: the kernel's own flag (top-left = bottom-right when M == N) skips blocks.
+    is_causal = call.only_causal and m == n
+    attn_mask = None if is_causal else call.mask
+    if call.bias is not None:
+        attn_mask = call.bias if attn_mask is None else call.bias.masked_fill(~attn_mask, float("-inf"))
+    context = F.scaled_dot_product_attention(
+        call.q, call.k, call.v, attn_mask=attn_mask, is_causal=is_causal, scale=scale
+    )
+    return AttentionOutput(context=context)
