@@ -13,4 +13,12 @@ from attnkit.core.general import GeneralAttention
 
 __version__ = "0.1.0"
 
-__all__ = ["AttentionOutput", "GeneralAttention", "__version__", "align", "attention", "masks", "scores"]
+__all__ = [
+    "AttentionOutput",
+    "GeneralAttention",
+    "__version__",
+    "align",
+    "attention",
+    "masks",
+    "scores",
+]

@@ -15,7 +15,7 @@ import torch
 
 from attnkit.core.align import Sparsemax
 from attnkit.core.engine import attention
-from attnkit.core.scores import Additive, General, Score, ScaledDot
+from attnkit.core.scores import Additive, General, ScaledDot, Score
 
 SOURCE = ["I", "love", "you"]
 TARGET = ["je", "t'", "aime"]
@@ -35,7 +35,9 @@ def _fit(score: Score, keys: torch.Tensor, generator: torch.Generator, steps: in
     loss = torch.tensor(0.0)
     for _ in range(steps):
         q = _queries(keys, 0.5, generator)
-        weights = attention(q[None], keys[None], keys[None], score=score, return_weights=True).weights
+        weights = attention(
+            q[None], keys[None], keys[None], score=score, return_weights=True
+        ).weights
         loss = torch.nn.functional.nll_loss(weights[0].clamp_min(1e-9).log(), gold)
         optimizer.zero_grad()
         loss.backward()
@@ -44,7 +46,10 @@ def _fit(score: Score, keys: torch.Tensor, generator: torch.Generator, steps: in
 
 
 def _matrix_lines(title: str, weights: torch.Tensor) -> list[str]:
-    lines = [f"{title:<26}", "      " + "".join(f"{w:>6}" for w in SOURCE) + "  ", ]
+    lines = [
+        f"{title:<26}",
+        "      " + "".join(f"{w:>6}" for w in SOURCE) + "  ",
+    ]
     for word, row in zip(TARGET, weights.tolist(), strict=True):
         lines.append(f"{word:<6}" + "".join(f"{x:6.2f}" for x in row) + "  ")
     return [line.ljust(26) for line in lines]
@@ -72,8 +77,9 @@ def run(steps: int = 60, seed: int = 0) -> int:
     blocks, ok = [], True
     with torch.no_grad():
         for title, score, align in modules:
-            out = attention(queries[None], keys[None], keys[None], score=score, align=align,
-                            return_weights=True)
+            out = attention(
+                queries[None], keys[None], keys[None], score=score, align=align, return_weights=True
+            )
             weights = out.weights[0]
             ok &= bool(torch.allclose(weights.sum(-1), torch.ones(len(TARGET)), atol=1e-6))
             ok &= weights.argmax(-1).tolist() == GOLD

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from attnkit.core.align import Align, resolve_align
-from attnkit.core.masks import MaskMod, ScoreMod, causal_mod, create_mask
+from attnkit.core.masks import MaskMod, ScoreMod, causal_mod, index_grids
 from attnkit.core.scores import Score, resolve_score
 
 
@@ -44,27 +44,66 @@ class AttentionOutput:
 @dataclass(frozen=True)
 class AttentionCall:
     """A validated call in canonical form: 4-D ``q [B, H, M, d_q]``, ``k [B, H, N, d_k]``,
-    ``v [B, H, N, d_v]`` (k/v heads repeated to H for grouped-query inputs)."""
+    ``v [B, H, N, d_v]`` (k/v heads repeated to H for grouped-query inputs).
+
+    The admissible keys are kept in their structured parts (a tensor mask, ``causal``, a
+    ``mask_mod``) rather than one materialised ``[B, H, M, N]`` tensor, so blockwise backends can
+    build the mask of one block at a time and skip blocks with no admissible key.
+    """
 
     q: Tensor
     k: Tensor
     v: Tensor
     score: Score
     align: Align
-    mask: Tensor | None  # bool, broadcastable to [B, H, M, N]; True = may attend
-    bias: Tensor | None  # finite additive float mask, broadcastable to [B, H, M, N]
+    mask: Tensor | None  # user's bool mask, 4-D, broadcastable to [B, H, M, N]; True = may attend
+    bias: Tensor | None  # finite additive float mask, 4-D, broadcastable to [B, H, M, N]
+    causal: bool  # bottom-right: key j admissible for query i when j <= i + N - M
+    mask_mod: MaskMod | None
     score_mod: ScoreMod | None
     scale: float | None
     dropout: float
     return_weights: bool
     three_d: bool  # inputs were [B, L, d]: outputs drop the head dimension
-    only_causal: bool = False  # ``mask`` is exactly the causal mask (kernels have a flag for it)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
         """``(B, H, M, N)``."""
         b, h, m, _ = self.q.shape
         return b, h, m, self.k.shape[-2]
+
+    @property
+    def only_causal(self) -> bool:
+        """The admissible keys are exactly the causal ones (fused kernels have a flag for it)."""
+        return self.causal and self.mask is None and self.mask_mod is None and self.bias is None
+
+    def mask_block(self, q0: int, q1: int, k0: int, k1: int) -> Tensor | None:
+        """Bool mask of queries ``[q0, q1)`` × keys ``[k0, k1)``, broadcastable to
+        ``[B, H, q1 - q0, k1 - k0]``; ``None`` when every key is admissible."""
+        b, h, m, n = self.shape
+        out = None
+        if self.mask is not None:
+            rows = self.mask if self.mask.shape[-2] == 1 else self.mask[..., q0:q1, :]
+            out = rows if rows.shape[-1] == 1 else rows[..., k0:k1]
+        if self.causal or self.mask_mod is not None:
+            grids = index_grids(b, h, q1 - q0, k1 - k0, self.q.device, q_offset=q0, kv_offset=k0)
+            if self.causal:
+                out = _combine(out, causal_mod(n - m)(*grids))
+            if self.mask_mod is not None:
+                out = _combine(out, self.mask_mod(*grids))
+        return out
+
+    def full_mask(self) -> Tensor | None:
+        """The whole mask, broadcastable to ``[B, H, M, N]`` (``None``: every key admissible)."""
+        _, _, m, n = self.shape
+        return self.mask_block(0, m, 0, n)
+
+    def bias_block(self, q0: int, q1: int, k0: int, k1: int) -> Tensor | None:
+        """The additive float mask of a block (``None`` without one)."""
+        if self.bias is None:
+            return None
+        rows = self.bias if self.bias.shape[-2] == 1 else self.bias[..., q0:q1, :]
+        return rows if rows.shape[-1] == 1 else rows[..., k0:k1]
 
 
 def _describe(t: Tensor) -> str:
@@ -127,7 +166,9 @@ def _check_mask(mask: Tensor, target: tuple[int, ...], three_d: bool) -> Tensor:
     except RuntimeError:
         ok = False
     if not ok or mask.dim() > 4:
-        raise ValueError(f"mask of shape {given} does not broadcast to the scores' shape {expected}")
+        raise ValueError(
+            f"mask of shape {given} does not broadcast to the scores' shape {expected}"
+        )
     return mask
 
 
@@ -184,10 +225,13 @@ def prepare(
             # -inf entries of a float mask remove keys; finite entries are added to the scores.
             allowed = ~torch.isneginf(mask)
             bias = torch.where(allowed, mask, torch.zeros_like(mask)).to(q.dtype)
-    if causal:
-        allowed = _combine(allowed, create_mask(causal_mod(n - m), b, h, m, n, q.device))
+            if bool(allowed.all()):
+                allowed = None
     if mask_mod is not None:
-        allowed = _combine(allowed, create_mask(mask_mod, b, h, m, n, q.device))
+        # Fail here, on the first block, rather than deep inside a backend.
+        probe = mask_mod(*index_grids(b, h, min(m, 1), min(n, 1), q.device))
+        if not isinstance(probe, Tensor) or probe.dtype != torch.bool:
+            raise TypeError(f"mask_mod must return a bool tensor, got {type(probe).__name__}")
     return AttentionCall(
         q=q,
         k=k,
@@ -196,10 +240,11 @@ def prepare(
         align=align_obj,
         mask=allowed,
         bias=bias,
+        causal=bool(causal),
+        mask_mod=mask_mod,
         score_mod=score_mod,
         scale=None if scale is None else float(scale),
         dropout=float(dropout),
         return_weights=return_weights,
         three_d=three_d,
-        only_causal=causal and mask is None and mask_mod is None,
     )

@@ -17,10 +17,12 @@ from torch import Tensor
 
 from attnkit.core.align import Align
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
+from attnkit.core.chunked import chunked_attention
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.reference import reference_attention
 from attnkit.core.scores import Score
 from attnkit.core.sdpa import sdpa_attention, sdpa_reasons
+from attnkit.core.tiled import tiled_attention, tiled_reasons
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,18 @@ BACKENDS: list[Backend] = [
         "torch.nn.functional.scaled_dot_product_attention (fused kernels)",
         sdpa_reasons,
         sdpa_attention,
+    ),
+    Backend(
+        "tiled",
+        "FlashAttention's online softmax over blocks, backward by recomputation: every score",
+        tiled_reasons,
+        tiled_attention,
+    ),
+    Backend(
+        "chunked",
+        "the materialised formula over blocks of queries: every alignment, multi-dimensional",
+        lambda call: [],
+        chunked_attention,
     ),
     Backend(
         "reference",

@@ -129,7 +129,8 @@ class GeneralAttention(nn.Module):
         out = dataclasses.replace(out, output=output)
         if single:
             out = dataclasses.replace(
-                out, **{f.name: _drop_query_axis(getattr(out, f.name)) for f in dataclasses.fields(out)}
+                out,
+                **{f.name: _drop_query_axis(getattr(out, f.name)) for f in dataclasses.fields(out)},
             )
         return out
 

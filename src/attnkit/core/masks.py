@@ -28,23 +28,36 @@ ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 def index_grids(
-    batch: int, heads: int, m: int, n: int, device: torch.device | str | None = None, extra: int = 0
+    batch: int,
+    heads: int,
+    m: int,
+    n: int,
+    device: torch.device | str | None = None,
+    extra: int = 0,
+    q_offset: int = 0,
+    kv_offset: int = 0,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Index tensors ``b, h, q_idx, kv_idx`` shaped to broadcast to ``[B, H, M, N]``.
 
-    ``extra`` trailing singleton dimensions are appended (1 for multi-dimensional scores
+    ``q_idx`` runs over ``q_offset … q_offset + M - 1`` and ``kv_idx`` likewise (blocks of a larger
+    problem); ``extra`` trailing singleton dimensions are appended (1 for multi-dimensional scores
     ``[B, H, M, N, d_v]``).
     """
     tail = (1,) * extra
     b = torch.arange(batch, device=device).view(batch, 1, 1, 1, *tail)
     h = torch.arange(heads, device=device).view(1, heads, 1, 1, *tail)
-    q_idx = torch.arange(m, device=device).view(1, 1, m, 1, *tail)
-    kv_idx = torch.arange(n, device=device).view(1, 1, 1, n, *tail)
+    q_idx = torch.arange(q_offset, q_offset + m, device=device).view(1, 1, m, 1, *tail)
+    kv_idx = torch.arange(kv_offset, kv_offset + n, device=device).view(1, 1, 1, n, *tail)
     return b, h, q_idx, kv_idx
 
 
 def create_mask(
-    mask_mod: MaskMod, batch: int, heads: int, m: int, n: int, device: torch.device | str | None = None
+    mask_mod: MaskMod,
+    batch: int,
+    heads: int,
+    m: int,
+    n: int,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """Evaluate ``mask_mod`` on every (b, h, q_idx, kv_idx): a bool tensor broadcastable to
     ``[B, H, M, N]`` (dimensions the mod ignores stay of size 1)."""

@@ -27,26 +27,31 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def call_scores(call: AttentionCall, q: Tensor, k: Tensor, q_offset: int = 0) -> Tensor:
-    """Scores of queries ``q`` (rows ``q_offset…`` of the call) against keys ``k``, with the
-    call's bias and ``score_mod`` applied, in the compute dtype. ``[B, H, m, N(, d_v)]``."""
+def call_scores(
+    call: AttentionCall, q: Tensor, k: Tensor, q_offset: int = 0, kv_offset: int = 0
+) -> Tensor:
+    """Scores of the block of queries ``q`` (rows from ``q_offset``) and keys ``k`` (from
+    ``kv_offset``) with the call's bias and ``score_mod`` applied, in the compute dtype.
+    ``[B, H, m, n]`` (``[B, H, m, n, d_v]`` multi-dimensional)."""
     dtype = compute_dtype(q.dtype)
     param = next(iter(call.score.parameters()), None)
     arg_dtype = dtype if param is None else param.dtype  # parametric scores run in their dtype
-    e = call.score(q.to(arg_dtype), k.to(arg_dtype), call.scale).to(dtype)
+    e = call.score.forward_block(q.to(arg_dtype), k.to(arg_dtype), call.scale, kv_offset)
+    e = e.to(dtype)
     multi = call.score.value_features is not None
-    if call.bias is not None:
-        bias = call.bias[..., q_offset : q_offset + q.shape[-2], :] if call.bias.shape[-2] > 1 else call.bias
+    m, n = q.shape[-2], k.shape[-2]
+    bias = call.bias_block(q_offset, q_offset + m, kv_offset, kv_offset + n)
+    if bias is not None:
         e = e + (bias.unsqueeze(-1) if multi else bias).to(dtype)
     if call.score_mod is not None:
-        b, h, _, n = call.shape
-        grids = index_grids(b, h, q.shape[-2], n, q.device, extra=int(multi))
-        grids = (grids[0], grids[1], grids[2] + q_offset, grids[3])
-        e = call.score_mod(e, *grids)
+        b, h = call.shape[:2]
+        e = call.score_mod(e, *index_grids(b, h, m, n, q.device, int(multi), q_offset, kv_offset))
     return e
 
 
-def align_multi_dimensional(call: AttentionCall, e: Tensor, mask: Tensor | None, q: Tensor, k: Tensor, q_offset: int = 0) -> tuple[Tensor, Tensor | None]:
+def align_multi_dimensional(
+    call: AttentionCall, e: Tensor, mask: Tensor | None, q: Tensor, k: Tensor, q_offset: int = 0
+) -> tuple[Tensor, Tensor | None]:
     """Eq. (32): the alignment applied over the keys separately for each of the ``d_v`` features.
 
     The feature axis is folded into the head axis so every alignment (which works on rows of
@@ -71,9 +76,7 @@ def attend_rows(call: AttentionCall, q_offset: int = 0, rows: int | None = None)
     rows = m - q_offset if rows is None else rows
     q = call.q[..., q_offset : q_offset + rows, :]
     k, v = call.k, call.v
-    mask = call.mask
-    if mask is not None and mask.shape[-2] > 1:
-        mask = mask[..., q_offset : q_offset + rows, :]
+    mask = call.mask_block(q_offset, q_offset + rows, 0, k.shape[-2])
 
     e = call_scores(call, q, k, q_offset)
     dtype = e.dtype

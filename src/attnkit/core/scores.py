@@ -63,6 +63,17 @@ class Score(nn.Module):
     same_size: bool = False
     value_features: int | None = None
     registry_name: str = ""
+    #: how many numbers computing one score holds (the additive score's hidden layer: d_w); the
+    #: blockwise backends size their blocks by it.
+    elements_per_score: int = 1
+
+    def dot_form(
+        self, q: Tensor, k: Tensor, scale: float | None = None
+    ) -> tuple[Tensor, Tensor, float] | None:
+        """``(q', k', s)`` with ``score(q, k) = s · q'^T k'`` when the score is a scaled dot product
+        of transformed queries and keys (so fused dot-product kernels can compute it), else None.
+        """
+        return None
 
     def check(self, d_query: int, d_key: int, n_keys: int) -> None:
         """Raise ``ValueError`` when this score cannot take queries/keys of these sizes."""
@@ -71,6 +82,16 @@ class Score(nn.Module):
                 f"score {self.registry_name!r} needs queries and keys of the same size, "
                 f"got d_q={d_query} and d_k={d_key}"
             )
+
+    def forward_block(
+        self, q: Tensor, k: Tensor, scale: float | None = None, kv_offset: int = 0
+    ) -> Tensor:
+        """Scores of ``q`` against the block of keys ``k`` that starts at key ``kv_offset``.
+
+        The same as ``forward`` for every score that reads the keys themselves; blockwise
+        backends call this so position-based scores (``Location``) know where the block is.
+        """
+        return self(q, k, scale)
 
     @staticmethod
     def _scaled(e: Tensor, scale: float | None) -> Tensor:
@@ -123,13 +144,16 @@ class Additive(Score):
         self.out = nn.Linear(d_hidden, value_features or 1, bias=False)  # w (or W_d of eq. 31)
         self.act = resolve_activation(activation)
         self.value_features = value_features
+        self.elements_per_score = d_hidden
 
     def check(self, d_query: int, d_key: int, n_keys: int) -> None:
         _check_size("additive", "d_q", self.d_query, d_query)
         _check_size("additive", "d_k", self.d_key, d_key)
 
     def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        hidden = self.query_proj(q).unsqueeze(-2) + self.key_proj(k).unsqueeze(-3)  # [.., M, N, d_w]
+        hidden = self.query_proj(q).unsqueeze(-2) + self.key_proj(k).unsqueeze(
+            -3
+        )  # [.., M, N, d_w]
         e = self.out(self.act(hidden))  # [..., M, N, 1 or d_v]
         if self.value_features is None:
             e = e.squeeze(-1)
@@ -141,6 +165,9 @@ class Dot(Score):
     """Multiplicative (dot-product) score of Luong et al.: ``q^T k_l`` (Table 2)."""
 
     same_size = True
+
+    def dot_form(self, q, k, scale=None):
+        return q, k, 1.0 if scale is None else scale
 
     def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
         return self._scaled(q @ k.transpose(-2, -1), scale)
@@ -156,8 +183,11 @@ class ScaledDot(Score):
 
     same_size = True
 
+    def dot_form(self, q, k, scale=None):
+        return q, k, 1.0 / math.sqrt(k.shape[-1]) if scale is None else scale
+
     def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        factor = 1.0 / math.sqrt(k.shape[-1]) if scale is None else scale
+        q, k, factor = self.dot_form(q, k, scale)
         return (q @ k.transpose(-2, -1)) * factor
 
 
@@ -184,6 +214,9 @@ class General(Score):
     def transform_query(self, q: Tensor) -> Tensor:
         """``W q`` (+ ``b``): the query as the key space sees it; the score is its dot with k."""
         return self.query_proj(q)
+
+    def dot_form(self, q, k, scale=None):
+        return self.transform_query(q), k, 1.0 if scale is None else scale
 
     def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
         return self._scaled(self.transform_query(q) @ k.transpose(-2, -1), scale)
@@ -245,10 +278,14 @@ class Cosine(Score):
         """``x / ||x||``: cosine is the dot product of normalised queries and keys."""
         return F.normalize(x, dim=-1, eps=self.eps)
 
+    def dot_form(self, q, k, scale=None):
+        # The (possibly learned) temperature is folded into the queries, so the scale stays a float.
+        q = self.normalise(q) / self.log_temperature.exp().to(q.dtype)
+        return q, self.normalise(k), 1.0 if scale is None else scale
+
     def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        e = self.normalise(q) @ self.normalise(k).transpose(-2, -1)
-        e = e / self.log_temperature.exp().to(e.dtype)
-        return self._scaled(e, scale)
+        q, k, factor = self.dot_form(q, k, scale)
+        return (q @ k.transpose(-2, -1)) * factor
 
 
 @SCORES.register("euclidean")
@@ -300,7 +337,12 @@ class Location(Score):
             )
 
     def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        e = self.proj(q)[..., : k.shape[-2]]
+        return self.forward_block(q, k, scale)
+
+    def forward_block(
+        self, q: Tensor, k: Tensor, scale: float | None = None, kv_offset: int = 0
+    ) -> Tensor:
+        e = self.proj(q)[..., kv_offset : kv_offset + k.shape[-2]]
         # Keys carry no information here, but the scores must broadcast over their leading dims.
         e = e.expand(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), *e.shape[-2:])
         return self._scaled(e, scale)

@@ -1,8 +1,9 @@
 """The ``sdpa`` backend: PyTorch's fused ``scaled_dot_product_attention`` for (scaled) dot + softmax.
 
-Equivalent to the reference path for ``score in {"dot", "scaled_dot"}``, ``align="softmax"``; it
-neither materialises the weights nor applies a ``score_mod``, so calls asking for those go
-elsewhere. Causal masks with ``M != N`` are passed as an explicit bottom-right boolean mask (SDPA's
+Equivalent to the reference path for softmax alignment with every score that is a scaled dot
+product of transformed queries and keys (``Score.dot_form``: dot, scaled dot, general, biased
+general, cosine — the transform runs first, under autograd, then the fused kernel). It neither
+materialises the weights nor applies a ``score_mod``, so calls asking for those go elsewhere. Causal masks with ``M != N`` are passed as an explicit bottom-right boolean mask (SDPA's
 own ``is_causal`` is top-left, pytorch/pytorch#108108); with ``M == N`` and no other mask the
 kernel's ``is_causal`` fast path is used.
 """
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 from attnkit.core.align import Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.scores import Dot, ScaledDot
+from attnkit.core.scores import Score
 
 SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -22,8 +23,8 @@ SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 def sdpa_reasons(call: AttentionCall) -> list[str]:
     """Why the ``sdpa`` backend cannot compute ``call`` (empty when it can)."""
     reasons = []
-    if type(call.score) not in (Dot, ScaledDot):
-        reasons.append(f"score {call.score.registry_name!r} is not 'dot' or 'scaled_dot'")
+    if type(call.score).dot_form is Score.dot_form:
+        reasons.append(f"score {call.score.registry_name!r} is not a dot product of transforms")
     if type(call.align) is not Softmax:
         reasons.append(f"align {call.align.registry_name!r} is not 'softmax'")
     if call.return_weights:
@@ -39,16 +40,22 @@ def sdpa_reasons(call: AttentionCall) -> list[str]:
 
 def sdpa_attention(call: AttentionCall) -> AttentionOutput:
     """Run ``call`` through ``F.scaled_dot_product_attention`` (see :func:`sdpa_reasons`)."""
-    scale = call.scale
-    if type(call.score) is Dot and scale is None:
-        scale = 1.0  # SDPA's default 1/sqrt(d_k) is the *scaled* dot product
+    form = call.score.dot_form(call.q, call.k, call.scale)
+    assert form is not None, "sdpa_reasons admits only scores with a dot form"
+    q, k, scale = form
     _, _, m, n = call.shape
     # Square causal: the kernel's own flag (top-left = bottom-right when M == N) skips blocks.
     is_causal = call.only_causal and m == n
-    attn_mask = None if is_causal else call.mask
+    attn_mask = None if is_causal else call.full_mask()
     if call.bias is not None:
-        attn_mask = call.bias if attn_mask is None else call.bias.masked_fill(~attn_mask, float("-inf"))
+        bias = call.bias.to(call.q.dtype)
+        attn_mask = bias if attn_mask is None else bias.masked_fill(~attn_mask, float("-inf"))
     context = F.scaled_dot_product_attention(
-        call.q, call.k, call.v, attn_mask=attn_mask, is_causal=is_causal, scale=scale
+        q.to(call.v.dtype),
+        k.to(call.v.dtype),
+        call.v,
+        attn_mask=attn_mask,
+        is_causal=is_causal,
+        scale=scale,
     )
     return AttentionOutput(context=context)

@@ -1,0 +1,272 @@
+"""The ``tiled`` backend: the FlashAttention algorithm in PyTorch, for every score with softmax.
+
+Queries and keys are processed in blocks; each query block keeps a running maximum ``m``, a running
+sum ``l`` and an unnormalised output ``acc`` (online softmax, Milakov & Gimelshein 2018; Dao et al.
+2022), so no ``[M, N]`` tensor — and for the additive score no ``[M, N, d_w]`` tensor — ever
+exists: memory is ``O(M · d + block²·d_w)``. Blocks with no admissible key (causal, windows) are
+skipped, not computed. The backward pass recomputes each block's probabilities from the saved
+log-sum-exp ``lse`` (``p = exp(s - lse)``) instead of storing them:
+
+    D_i  = Σ_d dO_id · O_id
+    dV  += p̃^T dO                    (p̃: p with the dropout mask applied)
+    dS   = p ∘ (dO V^T ∘ z - D + dlse + dW - Σ_j dW_ij W_ij)
+    dQ, dK (and the score's parameters) from dS through the score function
+
+Equivalent reference (see ``reference.py``)::
+
+    s = score_mod(score(q, k) + bias); s[~mask] = -inf
+    lse = logsumexp(s, -1); W = exp(s - lse); O = dropout(W) @ v
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.core.align import Softmax
+from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.masks import index_grids
+from attnkit.core.reference import call_scores, compute_dtype
+
+#: numbers of one block's score tensor [B, H, bq, bk] (times the score's own elements per score)
+BLOCK_BUDGET = 1 << 21
+NEG_INF = float("-inf")
+
+
+def tiled_reasons(call: AttentionCall) -> list[str]:
+    """Why the ``tiled`` backend cannot compute ``call`` (empty when it can)."""
+    reasons = []
+    if type(call.align) is not Softmax:
+        reasons.append(f"align {call.align.registry_name!r} is not 'softmax' (needs whole rows)")
+    if call.score.value_features is not None:
+        reasons.append("multi-dimensional scores need whole rows per feature")
+    return reasons
+
+
+def block_sizes(batch_heads: int, m: int, n: int, elements_per_score: int) -> tuple[int, int]:
+    """Query/key block sizes whose score block holds about ``BLOCK_BUDGET`` numbers."""
+    per_pair = max(1, batch_heads * elements_per_score)
+    side = max(16, int(math.sqrt(BLOCK_BUDGET / per_pair)))
+    side = 1 << (side.bit_length() - 1)  # a power of two: blocks align with causal diagonals
+    return max(1, min(m, side)), max(1, min(n, side))
+
+
+def captured_tensors(fn: object) -> list[Tensor]:
+    """Tensors a ``score_mod`` holds that need gradients: an ``nn.Module``'s parameters, or the
+    tensors (and modules) in a closure or its defaults. They get gradients like any input."""
+    if fn is None:
+        return []
+    if isinstance(fn, nn.Module):
+        return [p for p in fn.parameters() if p.requires_grad]
+    found: list[Tensor] = []
+    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
+    for value in cells + list(getattr(fn, "__defaults__", None) or ()):
+        if isinstance(value, Tensor) and value.requires_grad:
+            found.append(value)
+        elif isinstance(value, nn.Module):
+            found.extend(p for p in value.parameters() if p.requires_grad)
+    return found
+
+
+@dataclass
+class TiledPlan:
+    """What the autograd function needs besides tensors: how to score a block, and the blocks."""
+
+    call: AttentionCall
+    dot_scale: float | None  # q, k are already in dot form: s = dot_scale · q k^T (+ bias, mod)
+    block_q: int
+    block_k: int
+    seed: int  # dropout stream: block (i, j) draws from seed + i · n_key_blocks + j
+    n_extras: int
+
+    def scores(self, q: Tensor, k: Tensor, q0: int, k0: int) -> Tensor:
+        """Scores of a block, in the compute dtype ``[B, H, bq, bk]`` (masked entries not filled)."""
+        call = self.call
+        if self.dot_scale is None:
+            return call_scores(call, q, k, q0, k0)
+        dtype = compute_dtype(q.dtype)
+        s = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * self.dot_scale
+        bias = call.bias_block(q0, q0 + q.shape[-2], k0, k0 + k.shape[-2])
+        if bias is not None:
+            s = s + bias.to(s.dtype)
+        if call.score_mod is not None:
+            b, h = call.shape[:2]
+            grids = index_grids(b, h, q.shape[-2], k.shape[-2], q.device, 0, q0, k0)
+            s = call.score_mod(s, *grids)
+        return s
+
+    def analytic_backward(self) -> bool:
+        """Plain dot scores: dQ, dK by two matmuls instead of autograd per block."""
+        return self.dot_scale is not None and self.call.score_mod is None and self.n_extras == 0
+
+    def keep(self, shape: torch.Size, i: int, j: int, device: torch.device) -> Tensor | None:
+        """Dropout's kept-and-rescaled factor for block (i, j), the same in forward and backward."""
+        p = self.call.dropout
+        if p == 0:
+            return None
+        n_key_blocks = -(-self.call.shape[3] // self.block_k)
+        generator = torch.Generator(device=device).manual_seed(self.seed + i * n_key_blocks + j)
+        kept = torch.rand(shape, generator=generator, device=device) >= p
+        return kept / (1 - p)
+
+    def blocks(self):
+        """``(i, q0, q1, j, k0, k1, mask)`` for every block with an admissible key."""
+        _, _, m, n = self.call.shape
+        for i, q0 in enumerate(range(0, m, self.block_q)):
+            q1 = min(m, q0 + self.block_q)
+            for j, k0 in enumerate(range(0, n, self.block_k)):
+                k1 = min(n, k0 + self.block_k)
+                mask = self.call.mask_block(q0, q1, k0, k1)
+                if mask is not None and not bool(mask.any()):
+                    continue  # fully masked block: skipped, not computed
+                yield i, q0, q1, j, k0, k1, mask
+
+
+def _probabilities(s: Tensor, mask: Tensor | None, lse: Tensor) -> Tensor:
+    """``exp(s - lse)`` with masked entries and key-less rows (``lse = -inf``) at 0."""
+    if mask is not None:
+        s = s.masked_fill(~mask, NEG_INF)
+    lse = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    return torch.exp(s - lse.unsqueeze(-1))
+
+
+class TiledAttentionFunction(torch.autograd.Function):
+    """Forward by online softmax over blocks; backward by recomputation from ``lse``."""
+
+    @staticmethod
+    def forward(
+        ctx, plan: TiledPlan, want_weights: bool, q: Tensor, k: Tensor, v: Tensor, *extras: Tensor
+    ):  # type: ignore[override]
+        b, h, m, n = plan.call.shape
+        dtype = compute_dtype(q.dtype)
+        out = torch.zeros(b, h, m, v.shape[-1], dtype=dtype, device=q.device)
+        lse = torch.full((b, h, m), NEG_INF, dtype=dtype, device=q.device)
+        weights = torch.zeros(b, h, m, n, dtype=dtype, device=q.device) if want_weights else None
+        vc = v.to(dtype)
+        row_max = torch.full((b, h, m), NEG_INF, dtype=dtype, device=q.device)
+        row_sum = torch.zeros(b, h, m, dtype=dtype, device=q.device)
+        for i, q0, q1, j, k0, k1, mask in plan.blocks():
+            s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
+            if mask is not None:
+                s = s.masked_fill(~mask, NEG_INF)
+            old_max = row_max[..., q0:q1]
+            new_max = torch.maximum(old_max, s.amax(-1))
+            safe_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
+            p = torch.exp(s - safe_max.unsqueeze(-1))
+            rescale = torch.exp(old_max - safe_max)
+            row_sum[..., q0:q1] = rescale * row_sum[..., q0:q1] + p.sum(-1)
+            keep = plan.keep(p.shape, i, j, q.device)
+            pv = (p if keep is None else p * keep) @ vc[..., k0:k1, :]
+            out[..., q0:q1, :] = rescale.unsqueeze(-1) * out[..., q0:q1, :] + pv
+            row_max[..., q0:q1] = new_max
+        has_key = row_sum > 0
+        out = out / torch.where(has_key, row_sum, torch.ones_like(row_sum)).unsqueeze(-1)
+        safe_max = torch.where(has_key, row_max, torch.zeros_like(row_max))
+        lse = torch.where(has_key, safe_max + torch.log(torch.where(has_key, row_sum, 1.0)), lse)
+        if weights is not None:
+            # Weights on demand: recomputed block by block from the final lse, written once.
+            for _, q0, q1, _, k0, k1, mask in plan.blocks():
+                s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
+                weights[..., q0:q1, k0:k1] = _probabilities(s, mask, lse[..., q0:q1])
+        ctx.plan = plan
+        ctx.want_weights = want_weights
+        saved = [q, k, v, out, lse, *extras]
+        if weights is not None:
+            saved.append(weights)
+        ctx.save_for_backward(*saved)
+        ctx.set_materialize_grads(False)
+        return (
+            out.to(q.dtype),
+            lse,
+            weights.to(q.dtype) if weights is not None else lse.new_empty(0),
+        )
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor | None, d_lse: Tensor | None, d_weights: Tensor | None):  # type: ignore[override]
+        plan: TiledPlan = ctx.plan
+        q, k, v, out, lse, *rest = ctx.saved_tensors
+        extras = rest[: plan.n_extras]
+        weights = rest[plan.n_extras] if ctx.want_weights else None
+        dtype = compute_dtype(q.dtype)
+        vc = v.to(dtype)
+        d_out = None if d_out is None else d_out.to(dtype)
+        row_term = torch.zeros_like(lse)  # D - dlse + Σ dW·W, per query row
+        if d_out is not None:
+            row_term = row_term + (d_out * out).sum(-1)
+        if d_lse is not None:
+            row_term = row_term - torch.where(torch.isfinite(lse), d_lse.to(dtype), 0.0)
+        if d_weights is not None and weights is not None:
+            d_weights = d_weights.to(dtype)
+            row_term = row_term + (d_weights * weights).sum(-1)
+        else:
+            d_weights = None
+        dq = torch.zeros(q.shape, dtype=dtype, device=q.device)
+        dk = torch.zeros(k.shape, dtype=dtype, device=k.device)
+        dv = torch.zeros(v.shape, dtype=dtype, device=v.device)
+        d_extras = [torch.zeros_like(e) for e in extras]
+        analytic = plan.analytic_backward()
+        for i, q0, q1, j, k0, k1, mask in plan.blocks():
+            qb, kb = q[..., q0:q1, :], k[..., k0:k1, :]
+            if analytic:
+                s = plan.scores(qb, kb, q0, k0)
+            else:
+                qb = qb.detach().requires_grad_(True)
+                kb = kb.detach().requires_grad_(True)
+                with torch.enable_grad():
+                    s = plan.scores(qb, kb, q0, k0)
+            p = _probabilities(s.detach(), mask, lse[..., q0:q1])
+            keep = plan.keep(p.shape, i, j, q.device)
+            ds_row = -row_term[..., q0:q1].unsqueeze(-1)
+            if d_out is not None:
+                dob = d_out[..., q0:q1, :]
+                dp = dob @ vc[..., k0:k1, :].transpose(-2, -1)
+                dp = dp if keep is None else dp * keep
+                dv[..., k0:k1, :] += (p if keep is None else p * keep).transpose(-2, -1) @ dob
+                ds_row = ds_row + dp
+            if d_weights is not None:
+                ds_row = ds_row + d_weights[..., q0:q1, k0:k1]
+            ds = p * ds_row
+            if analytic:
+                scale = plan.dot_scale
+                dq[..., q0:q1, :] += (ds @ kb.to(dtype)) * scale
+                dk[..., k0:k1, :] += (ds.transpose(-2, -1) @ qb.to(dtype)) * scale
+                continue
+            grads = torch.autograd.grad(s, [qb, kb, *extras], ds, allow_unused=True)
+            if grads[0] is not None:
+                dq[..., q0:q1, :] += grads[0]
+            if grads[1] is not None:
+                dk[..., k0:k1, :] += grads[1]
+            for acc, g in zip(d_extras, grads[2:], strict=True):
+                if g is not None:
+                    acc += g
+        return (None, None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), *d_extras)
+
+
+def tiled_attention(call: AttentionCall) -> AttentionOutput:
+    """Run ``call`` by tiles (see the module docstring)."""
+    b, h, m, n = call.shape
+    q, k = call.q, call.k
+    form = call.score.dot_form(q, k, call.scale)
+    if form is not None:
+        q, k, dot_scale = form  # transforms run here, under ordinary autograd
+        extras = []
+        cost = 1
+    else:
+        dot_scale = None
+        extras = [p for p in call.score.parameters() if p.requires_grad]
+        cost = call.score.elements_per_score
+    if call.bias is not None and call.bias.requires_grad:
+        extras.append(call.bias)
+    extras += [t for t in captured_tensors(call.score_mod) if all(t is not e for e in extras)]
+    block_q, block_k = block_sizes(b * h, m, n, cost)
+    seed = int(torch.randint(0, 2**62, (1,))) if call.dropout > 0 else 0
+    plan = TiledPlan(call, dot_scale, block_q, block_k, seed, len(extras))
+    context, lse, weights = TiledAttentionFunction.apply(
+        plan, call.return_weights, q, k, call.v, *extras
+    )
+    return AttentionOutput(
+        context=context, weights=weights if call.return_weights else None, lse=lse
+    )
