@@ -8,8 +8,9 @@ See README.md and docs/core.md for the map from the survey's equations to this A
 
 from attnkit.core import align, masks, scores
 from attnkit.core.call import AttentionOutput
-from attnkit.core.engine import attention
+from attnkit.core.engine import attention, explain
 from attnkit.core.general import GeneralAttention
+from attnkit.core.merge import merge_attention
 
 __version__ = "0.1.0"
 
@@ -19,6 +20,8 @@ __all__ = [
     "__version__",
     "align",
     "attention",
+    "explain",
     "masks",
+    "merge_attention",
     "scores",
 ]

@@ -16,6 +16,7 @@ from torch import Tensor
 from attnkit.core.align import Align, resolve_align
 from attnkit.core.masks import MaskMod, ScoreMod, causal_mod, index_grids
 from attnkit.core.scores import Score, resolve_score
+from attnkit.core.summary import check_summary
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class AttentionOutput:
         log_prob: ``[B, H, M]`` log-probability of what a stochastic alignment sampled (``Hard``,
             ``Reinforced``), for REINFORCE; else ``None``.
         output: ``y_hat`` of a module's output model (eq. 5), for modules that have one.
+        summary: the ``summary=`` asked of :func:`attnkit.attention` (see ``core/summary.py``).
     """
 
     context: Tensor
@@ -39,6 +41,7 @@ class AttentionOutput:
     lse: Tensor | None = None
     log_prob: Tensor | None = None
     output: Tensor | None = None
+    summary: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class AttentionCall:
     dropout: float
     return_weights: bool
     three_d: bool  # inputs were [B, L, d]: outputs drop the head dimension
+    summary: str | None = None  # "column_sum" | "entropy" | "argmax"
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -192,9 +196,11 @@ def prepare(
     scale: float | None = None,
     dropout: float = 0.0,
     return_weights: bool = False,
+    summary: str | None = None,
 ) -> AttentionCall:
     """Check the arguments of :func:`attnkit.attention` and normalise them (see module doc)."""
     _check_tensors(q, k, v)
+    check_summary(summary)
     score_obj = resolve_score(score)
     align_obj = resolve_align(align)
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
@@ -247,4 +253,5 @@ def prepare(
         dropout=float(dropout),
         return_weights=return_weights,
         three_d=three_d,
+        summary=summary,
     )

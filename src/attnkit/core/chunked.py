@@ -33,7 +33,7 @@ def chunked_attention(call: AttentionCall) -> AttentionOutput:
     rows = chunk_rows(call)
     if rows >= m:
         return attend_rows(call)
-    fields = ("context", "weights", "lse", "log_prob")
+    fields = ("context", "weights", "lse", "log_prob", "summary")
 
     def block(q0: int) -> tuple:
         out = attend_rows(call, q0, min(rows, m - q0))
@@ -47,6 +47,11 @@ def chunked_attention(call: AttentionCall) -> AttentionOutput:
     merged = {}
     for index, name in enumerate(fields):
         pieces = [p[index] for p in parts]
-        # Rows are dim 2 of everything: context/weights [B, H, m, ...], lse/log_prob [B, H, m].
-        merged[name] = None if pieces[0] is None else torch.cat(pieces, dim=2)
+        if pieces[0] is None:
+            merged[name] = None
+        elif name == "summary" and call.summary == "column_sum":
+            merged[name] = torch.stack(pieces).sum(0)  # per key: add the blocks of queries
+        else:
+            # Rows are dim 2 of everything: context/weights [B, H, m, ...], lse etc. [B, H, m].
+            merged[name] = torch.cat(pieces, dim=2)
     return AttentionOutput(**merged)

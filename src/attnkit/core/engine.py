@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
@@ -86,9 +87,35 @@ def choose_backend(call: AttentionCall, backend: str | None = None) -> Backend:
     raise AssertionError("the reference backend takes every call")  # pragma: no cover
 
 
-def explain(call: AttentionCall) -> list[tuple[str, list[str]]]:
+def backend_reasons(call: AttentionCall) -> list[tuple[str, list[str]]]:
     """For each backend in order, the reasons it cannot run ``call`` (empty list = it can)."""
     return [(b.name, b.reasons(call)) for b in BACKENDS]
+
+
+def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
+    """Which backend :func:`attention` would run for these arguments, and why each backend before
+    it was passed over. Takes exactly the arguments of :func:`attention`; computes nothing (tensors
+    on the ``meta`` device are fine).
+
+    Example::
+
+        >>> q = torch.empty(1, 8, 4096, 64, device="meta")
+        >>> print(ak.explain(q, q, q, score="cosine", return_weights=True))
+    """
+    backend = options.pop("backend", None)
+    call = prepare(q, k, v, **options)
+    chosen = choose_backend(call, backend)
+    b, h, m, n = call.shape
+    lines = [
+        f"attention over B={b} H={h} M={m} N={n}, d_q={call.q.shape[-1]}, d_v={call.v.shape[-1]}, "
+        f"{call.q.dtype}, score={call.score.registry_name}, align={call.align.registry_name}",
+        f"runs on: {chosen.name} — {chosen.description}",
+    ]
+    for name, reasons in backend_reasons(call):
+        if name == chosen.name:
+            break
+        lines.append(f"  passed over {name}: " + "; ".join(reasons))
+    return "\n".join(lines)
 
 
 def _to_user_shapes(call: AttentionCall, out: AttentionOutput) -> AttentionOutput:
@@ -103,6 +130,7 @@ def _to_user_shapes(call: AttentionCall, out: AttentionOutput) -> AttentionOutpu
         weights=squeeze(out.weights),
         lse=squeeze(out.lse),
         log_prob=squeeze(out.log_prob),
+        summary=squeeze(out.summary),
     )
 
 
@@ -120,6 +148,7 @@ def attention(
     scale: float | None = None,
     dropout: float = 0.0,
     return_weights: bool = False,
+    summary: str | None = None,
     backend: str | None = None,
 ) -> AttentionOutput:
     """The general attention module (survey eq. 2-4; multi-dimensional eq. 30-32).
@@ -145,6 +174,8 @@ def attention(
         dropout: probability of zeroing each attention weight (drawn from torch's RNG, so
             reproducible with ``torch.manual_seed``). Applied whenever > 0: modules pass 0 in eval.
         return_weights: also return the attention weights.
+        summary: ``"column_sum"`` ``[B, H, N]``, ``"entropy"`` or ``"argmax"`` ``[B, H, M]`` of the
+            weights, without returning them (the tiled backend computes them in its pass).
         backend: force a backend (``"sdpa"``, ``"reference"``); raises if it cannot run the call.
 
     Returns:
@@ -176,5 +207,6 @@ def attention(
         scale=scale,
         dropout=dropout,
         return_weights=return_weights,
+        summary=summary,
     )
     return _to_user_shapes(call, choose_backend(call, backend).run(call))

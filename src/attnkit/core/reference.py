@@ -20,6 +20,7 @@ from torch import Tensor
 from attnkit.core.align import Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.masks import index_grids
+from attnkit.core.summary import summarize
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -94,11 +95,15 @@ def attend_rows(call: AttentionCall, q_offset: int = 0, rows: int | None = None)
     if isinstance(call.align, Softmax) and call.score.value_features is None:
         masked = e if mask is None else e.masked_fill(~mask, float("-inf"))
         lse = torch.logsumexp(masked, dim=-1)
+    summary = None
+    if call.summary is not None:
+        summary = summarize(a if a.dim() == 4 else a.mean(-1), call.summary)
     return AttentionOutput(
         context=context.to(call.q.dtype),
         weights=a.to(call.q.dtype) if call.return_weights else None,
         lse=lse,
         log_prob=log_prob,
+        summary=summary,
     )
 
 

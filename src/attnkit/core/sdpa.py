@@ -29,6 +29,8 @@ def sdpa_reasons(call: AttentionCall) -> list[str]:
         reasons.append(f"align {call.align.registry_name!r} is not 'softmax'")
     if call.return_weights:
         reasons.append("weights were asked for (SDPA does not return them)")
+    if call.summary is not None:
+        reasons.append(f"summary {call.summary!r} was asked for")
     if call.score_mod is not None:
         reasons.append("a score_mod was given")
     if call.dropout > 0:

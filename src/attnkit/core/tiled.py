@@ -133,6 +133,71 @@ def _probabilities(s: Tensor, mask: Tensor | None, lse: Tensor) -> Tensor:
     return torch.exp(s - lse.unsqueeze(-1))
 
 
+def _online_softmax(
+    plan: TiledPlan, q: Tensor, k: Tensor, v: Tensor
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """One pass over the blocks: ``(context, lse, summary)``; the per-query summaries
+    (``"entropy"``, ``"argmax"``) are accumulated online with the running max and sum."""
+    b, h, m, _ = plan.call.shape
+    dtype, device = compute_dtype(q.dtype), q.device
+    out = torch.zeros(b, h, m, v.shape[-1], dtype=dtype, device=device)
+    row_max = torch.full((b, h, m), NEG_INF, dtype=dtype, device=device)
+    row_sum = torch.zeros(b, h, m, dtype=dtype, device=device)
+    kind = plan.call.summary
+    row_ps = torch.zeros_like(row_sum) if kind == "entropy" else None  # Σ_j p_j s_j
+    best = torch.full((b, h, m), -1, dtype=torch.long, device=device) if kind == "argmax" else None
+    for i, q0, q1, j, k0, k1, mask in plan.blocks():
+        s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
+        if mask is not None:
+            s = s.masked_fill(~mask, NEG_INF)
+        old_max = row_max[..., q0:q1]
+        block_max, block_arg = s.max(-1)
+        new_max = torch.maximum(old_max, block_max)
+        safe_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
+        p = torch.exp(s - safe_max.unsqueeze(-1))
+        rescale = torch.exp(old_max - safe_max)
+        row_sum[..., q0:q1] = rescale * row_sum[..., q0:q1] + p.sum(-1)
+        keep = plan.keep(p.shape, i, j, device)
+        pv = (p if keep is None else p * keep) @ v[..., k0:k1, :]
+        out[..., q0:q1, :] = rescale.unsqueeze(-1) * out[..., q0:q1, :] + pv
+        if row_ps is not None:  # masked entries: p = 0, and 0 · -inf must not become NaN
+            finite_s = torch.where(p > 0, s, torch.zeros_like(s))
+            row_ps[..., q0:q1] = rescale * row_ps[..., q0:q1] + (p * finite_s).sum(-1)
+        if best is not None:
+            better = block_max > old_max
+            best[..., q0:q1] = torch.where(better, block_arg + k0, best[..., q0:q1])
+        row_max[..., q0:q1] = new_max
+    has_key = row_sum > 0
+    total = torch.where(has_key, row_sum, torch.ones_like(row_sum))
+    out = out / total.unsqueeze(-1)
+    lse = torch.where(has_key, row_max + torch.log(total), torch.full_like(row_max, NEG_INF))
+    summary = best
+    if row_ps is not None:  # H = lse - Σ_j a_j s_j
+        summary = torch.where(has_key, lse - row_ps / total, torch.zeros_like(lse))
+    return out, lse, summary
+
+
+def _weights_pass(
+    plan: TiledPlan, q: Tensor, k: Tensor, lse: Tensor, weights: Tensor | None
+) -> Tensor | None:
+    """Second pass, from the final ``lse``: write the weights block by block into ``weights``
+    (if given) and return the ``"column_sum"`` summary (if asked)."""
+    column_sum = None
+    if plan.call.summary == "column_sum":
+        b, h, _, n = plan.call.shape
+        column_sum = torch.zeros(b, h, n, dtype=lse.dtype, device=lse.device)
+    if weights is None and column_sum is None:
+        return None
+    for _, q0, q1, _, k0, k1, mask in plan.blocks():
+        s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
+        p = _probabilities(s, mask, lse[..., q0:q1])
+        if weights is not None:
+            weights[..., q0:q1, k0:k1] = p
+        if column_sum is not None:
+            column_sum[..., k0:k1] += p.sum(-2)
+    return column_sum
+
+
 class TiledAttentionFunction(torch.autograd.Function):
     """Forward by online softmax over blocks; backward by recomputation from ``lse``."""
 
@@ -142,35 +207,13 @@ class TiledAttentionFunction(torch.autograd.Function):
     ):  # type: ignore[override]
         b, h, m, n = plan.call.shape
         dtype = compute_dtype(q.dtype)
-        out = torch.zeros(b, h, m, v.shape[-1], dtype=dtype, device=q.device)
-        lse = torch.full((b, h, m), NEG_INF, dtype=dtype, device=q.device)
+        out, lse, summary = _online_softmax(plan, q, k, v.to(dtype))
         weights = torch.zeros(b, h, m, n, dtype=dtype, device=q.device) if want_weights else None
-        vc = v.to(dtype)
-        row_max = torch.full((b, h, m), NEG_INF, dtype=dtype, device=q.device)
-        row_sum = torch.zeros(b, h, m, dtype=dtype, device=q.device)
-        for i, q0, q1, j, k0, k1, mask in plan.blocks():
-            s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
-            if mask is not None:
-                s = s.masked_fill(~mask, NEG_INF)
-            old_max = row_max[..., q0:q1]
-            new_max = torch.maximum(old_max, s.amax(-1))
-            safe_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
-            p = torch.exp(s - safe_max.unsqueeze(-1))
-            rescale = torch.exp(old_max - safe_max)
-            row_sum[..., q0:q1] = rescale * row_sum[..., q0:q1] + p.sum(-1)
-            keep = plan.keep(p.shape, i, j, q.device)
-            pv = (p if keep is None else p * keep) @ vc[..., k0:k1, :]
-            out[..., q0:q1, :] = rescale.unsqueeze(-1) * out[..., q0:q1, :] + pv
-            row_max[..., q0:q1] = new_max
-        has_key = row_sum > 0
-        out = out / torch.where(has_key, row_sum, torch.ones_like(row_sum)).unsqueeze(-1)
-        safe_max = torch.where(has_key, row_max, torch.zeros_like(row_max))
-        lse = torch.where(has_key, safe_max + torch.log(torch.where(has_key, row_sum, 1.0)), lse)
-        if weights is not None:
-            # Weights on demand: recomputed block by block from the final lse, written once.
-            for _, q0, q1, _, k0, k1, mask in plan.blocks():
-                s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
-                weights[..., q0:q1, k0:k1] = _probabilities(s, mask, lse[..., q0:q1])
+        column_sum = _weights_pass(plan, q, k, lse, weights)
+        summary = column_sum if column_sum is not None else summary
+        if summary is None:
+            summary = lse.new_empty(0)
+        ctx.mark_non_differentiable(summary)
         ctx.plan = plan
         ctx.want_weights = want_weights
         saved = [q, k, v, out, lse, *extras]
@@ -182,10 +225,11 @@ class TiledAttentionFunction(torch.autograd.Function):
             out.to(q.dtype),
             lse,
             weights.to(q.dtype) if weights is not None else lse.new_empty(0),
+            summary,
         )
 
     @staticmethod
-    def backward(ctx, d_out: Tensor | None, d_lse: Tensor | None, d_weights: Tensor | None):  # type: ignore[override]
+    def backward(ctx, d_out, d_lse, d_weights, _d_summary):  # type: ignore[override]
         plan: TiledPlan = ctx.plan
         q, k, v, out, lse, *rest = ctx.saved_tensors
         extras = rest[: plan.n_extras]
@@ -264,9 +308,12 @@ def tiled_attention(call: AttentionCall) -> AttentionOutput:
     block_q, block_k = block_sizes(b * h, m, n, cost)
     seed = int(torch.randint(0, 2**62, (1,))) if call.dropout > 0 else 0
     plan = TiledPlan(call, dot_scale, block_q, block_k, seed, len(extras))
-    context, lse, weights = TiledAttentionFunction.apply(
+    context, lse, weights, summary = TiledAttentionFunction.apply(
         plan, call.return_weights, q, k, call.v, *extras
     )
     return AttentionOutput(
-        context=context, weights=weights if call.return_weights else None, lse=lse
+        context=context,
+        weights=weights if call.return_weights else None,
+        lse=lse,
+        summary=summary if call.summary is not None else None,
     )
