@@ -12,6 +12,11 @@ log-sum-exp ``lse`` (``p = exp(s - lse)``) instead of storing them:
     dS   = p ∘ (dO V^T ∘ z - D + dlse + dW - Σ_j dW_ij W_ij)
     dQ, dK (and the score's parameters) from dS through the score function
 
+Weights on demand: when ``return_weights=True`` the ``[M, N]`` weights are the result anyway, so
+blocks span whole rows and each block's weights are written once, as soon as its softmax is final;
+no second full-size scores tensor exists. The per-query summaries (entropy, argmax) are accumulated
+in the same online pass; the per-key column sum takes a second pass from the final ``lse``.
+
 Equivalent reference (see ``reference.py``)::
 
     s = score_mod(score(q, k) + bias); s[~mask] = -inf
@@ -98,6 +103,11 @@ class TiledPlan:
             s = call.score_mod(s, *grids)
         return s
 
+    @property
+    def whole_rows(self) -> bool:
+        """Each block spans all keys, so its softmax is final when computed."""
+        return self.block_k >= self.call.shape[3]
+
     def analytic_backward(self) -> bool:
         """Plain dot scores: dQ, dK by two matmuls instead of autograd per block."""
         return self.dot_scale is not None and self.call.score_mod is None and self.n_extras == 0
@@ -134,10 +144,12 @@ def _probabilities(s: Tensor, mask: Tensor | None, lse: Tensor) -> Tensor:
 
 
 def _online_softmax(
-    plan: TiledPlan, q: Tensor, k: Tensor, v: Tensor
+    plan: TiledPlan, q: Tensor, k: Tensor, v: Tensor, weights: Tensor | None
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """One pass over the blocks: ``(context, lse, summary)``; the per-query summaries
-    (``"entropy"``, ``"argmax"``) are accumulated online with the running max and sum."""
+    (``"entropy"``, ``"argmax"``) are accumulated online with the running max and sum. When a
+    block spans whole rows (``plan.block_k >= N``), its weights are final at once and are written
+    into ``weights`` (if given) in this same pass."""
     b, h, m, _ = plan.call.shape
     dtype, device = compute_dtype(q.dtype), q.device
     out = torch.zeros(b, h, m, v.shape[-1], dtype=dtype, device=device)
@@ -167,6 +179,9 @@ def _online_softmax(
             better = block_max > old_max
             best[..., q0:q1] = torch.where(better, block_arg + k0, best[..., q0:q1])
         row_max[..., q0:q1] = new_max
+        if weights is not None and plan.whole_rows:
+            total = row_sum[..., q0:q1]
+            weights[..., q0:q1, k0:k1] = p / torch.where(total > 0, total, 1.0).unsqueeze(-1)
     has_key = row_sum > 0
     total = torch.where(has_key, row_sum, torch.ones_like(row_sum))
     out = out / total.unsqueeze(-1)
@@ -207,10 +222,13 @@ class TiledAttentionFunction(torch.autograd.Function):
     ):  # type: ignore[override]
         b, h, m, n = plan.call.shape
         dtype = compute_dtype(q.dtype)
-        out, lse, summary = _online_softmax(plan, q, k, v.to(dtype))
         weights = torch.zeros(b, h, m, n, dtype=dtype, device=q.device) if want_weights else None
-        column_sum = _weights_pass(plan, q, k, lse, weights)
-        summary = column_sum if column_sum is not None else summary
+        out, lse, summary = _online_softmax(plan, q, k, v.to(dtype), weights)
+        if plan.whole_rows and weights is not None and plan.call.summary == "column_sum":
+            summary = weights.sum(-2)
+        elif not plan.whole_rows or plan.call.summary == "column_sum":
+            column_sum = _weights_pass(plan, q, k, lse, None if plan.whole_rows else weights)
+            summary = column_sum if column_sum is not None else summary
         if summary is None:
             summary = lse.new_empty(0)
         ctx.mark_non_differentiable(summary)
@@ -306,6 +324,12 @@ def tiled_attention(call: AttentionCall) -> AttentionOutput:
         extras.append(call.bias)
     extras += [t for t in captured_tensors(call.score_mod) if all(t is not e for e in extras)]
     block_q, block_k = block_sizes(b * h, m, n, cost)
+    if call.return_weights and b * h * n * cost <= BLOCK_BUDGET:
+        # The [M, N] weights will exist anyway: blocks of whole rows finish each row's softmax in
+        # one pass, so the weights are written as they are computed instead of recomputed. (When
+        # even one row exceeds the budget, a second pass writes them from the final lse.)
+        block_k = max(n, 1)
+        block_q = max(1, min(m, BLOCK_BUDGET // max(1, b * h * n * cost)))
     seed = int(torch.randint(0, 2**62, (1,))) if call.dropout > 0 else 0
     plan = TiledPlan(call, dot_scale, block_q, block_k, seed, len(extras))
     context, lse, weights, summary = TiledAttentionFunction.apply(
