@@ -232,7 +232,8 @@ class Hard(_Reinforce):
             probs = torch.where(has_key, log_p.detach().exp(), torch.ones_like(log_p))
             choice = torch.multinomial(probs.reshape(-1, e.shape[-1]), 1).view(*e.shape[:-1], 1)
         else:
-            gumbel = -torch.log(-torch.log(torch.rand_like(e).clamp(1e-20, 1.0)).clamp_min(1e-20))
+            uniform = torch.rand_like(e).clamp(1e-20, 1.0)
+            gumbel = -torch.log((-torch.log(uniform)).clamp_min(1e-20))
             relaxed = masked_softmax((e + gumbel) / self.temperature, mask)
             choice = relaxed.detach().argmax(-1, keepdim=True)
         one_hot = torch.zeros_like(log_p).scatter(-1, choice, 1.0) * has_key

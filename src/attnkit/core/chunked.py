@@ -14,7 +14,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.reference import attend_rows
+from attnkit.core.reference import attend_rows, score_features
 
 #: numbers in one block's score tensor [B, H, block, N] (times the score's elements and d_v)
 CHUNK_BUDGET = 1 << 22
@@ -34,9 +34,10 @@ def chunked_attention(call: AttentionCall) -> AttentionOutput:
     if rows >= m:
         return attend_rows(call)
     fields = ("context", "weights", "lse", "log_prob", "summary")
+    features = score_features(call, call.q, call.k)  # once, not once per block
 
     def block(q0: int) -> tuple:
-        out = attend_rows(call, q0, min(rows, m - q0))
+        out = attend_rows(call, q0, min(rows, m - q0), features)
         return tuple(getattr(out, f) for f in fields)
 
     grad = torch.is_grad_enabled()

@@ -28,25 +28,39 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def call_scores(
-    call: AttentionCall, q: Tensor, k: Tensor, q_offset: int = 0, kv_offset: int = 0
-) -> Tensor:
-    """Scores of the block of queries ``q`` (rows from ``q_offset``) and keys ``k`` (from
-    ``kv_offset``) with the call's bias and ``score_mod`` applied, in the compute dtype.
-    ``[B, H, m, n]`` (``[B, H, m, n, d_v]`` multi-dimensional)."""
+def module_dtype(module: torch.nn.Module, default: torch.dtype) -> torch.dtype:
+    """The dtype a module computes in: its parameters', or ``default`` if it has none."""
+    param = next(iter(module.parameters()), None)
+    return default if param is None else param.dtype
+
+
+def score_features(call: AttentionCall, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """The score's per-vector features of ``q`` and ``k``, in the compute dtype (parametric
+    scores run in their own dtype first)."""
     dtype = compute_dtype(q.dtype)
-    param = next(iter(call.score.parameters()), None)
-    arg_dtype = dtype if param is None else param.dtype  # parametric scores run in their dtype
-    e = call.score.forward_block(q.to(arg_dtype), k.to(arg_dtype), call.scale, kv_offset)
-    e = e.to(dtype)
+    arg_dtype = module_dtype(call.score, dtype)
+    qf, kf = call.score.features(q.to(arg_dtype), k.to(arg_dtype))
+    return qf.to(dtype), kf.to(dtype)
+
+
+def call_scores(
+    call: AttentionCall, qf: Tensor, kf: Tensor, q_offset: int = 0, kv_offset: int = 0
+) -> Tensor:
+    """Scores of a block of query features ``qf`` (rows from ``q_offset``) and key features
+    ``kf`` (keys from ``kv_offset``), scaled, with the call's bias and ``score_mod`` applied.
+    ``[B, H, m, n]`` (``[B, H, m, n, d_v]`` multi-dimensional)."""
+    e = call.score.pairwise(qf, kf, kv_offset)
+    factor = call.score.resolve_scale(call.scale, call.k.shape[-1])
+    if factor is not None:
+        e = e * factor
     multi = call.score.value_features is not None
-    m, n = q.shape[-2], k.shape[-2]
+    m, n = qf.shape[-2], kf.shape[-2]
     bias = call.bias_block(q_offset, q_offset + m, kv_offset, kv_offset + n)
     if bias is not None:
-        e = e + (bias.unsqueeze(-1) if multi else bias).to(dtype)
+        e = e + (bias.unsqueeze(-1) if multi else bias).to(e.dtype)
     if call.score_mod is not None:
         b, h = call.shape[:2]
-        e = call.score_mod(e, *index_grids(b, h, m, n, q.device, int(multi), q_offset, kv_offset))
+        e = call.score_mod(e, *index_grids(b, h, m, n, qf.device, int(multi), q_offset, kv_offset))
     return e
 
 
@@ -71,16 +85,26 @@ def align_multi_dimensional(
     return a, log_prob
 
 
-def attend_rows(call: AttentionCall, q_offset: int = 0, rows: int | None = None) -> AttentionOutput:
-    """Materialised attention for query rows ``[q_offset, q_offset + rows)`` of the call."""
+def attend_rows(
+    call: AttentionCall,
+    q_offset: int = 0,
+    rows: int | None = None,
+    features: tuple[Tensor, Tensor] | None = None,
+) -> AttentionOutput:
+    """Materialised attention for query rows ``[q_offset, q_offset + rows)`` of the call;
+    ``features`` are the score's features of all queries and keys, if already computed."""
     m = call.q.shape[-2]
     rows = m - q_offset if rows is None else rows
     q = call.q[..., q_offset : q_offset + rows, :]
     k, v = call.k, call.v
     mask = call.mask_block(q_offset, q_offset + rows, 0, k.shape[-2])
 
-    e = call_scores(call, q, k, q_offset)
+    qf, kf = score_features(call, call.q, k) if features is None else features
+    e = call_scores(call, qf[..., q_offset : q_offset + rows, :], kf, q_offset)
     dtype = e.dtype
+    # Alignments that read the queries/keys (local-predictive, reinforced) get them in their dtype.
+    align_dtype = module_dtype(call.align, dtype)
+    q, k = q.to(align_dtype), k.to(align_dtype)
     if call.score.value_features is not None:
         a, log_prob = align_multi_dimensional(call, e, mask, q, k, q_offset)
     else:

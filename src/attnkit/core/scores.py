@@ -51,29 +51,30 @@ def resolve_activation(spec: Activation) -> Callable[[Tensor], Tensor]:
 class Score(nn.Module):
     """Base class of score functions.
 
-    Subclasses implement ``forward(q, k, scale=None) -> e``. Class attributes describe the
-    function so the engine can validate calls and pick a fast path without special cases:
+    A score is computed in two steps, so blockwise backends never repeat per-vector work:
+
+    - ``features(q, k) -> (q', k')``: transforms of each query and each key alone (``W_1 q`` and
+      ``W_2 k + b`` of the additive score, ``W q`` of the general score, normalisation for the
+      cosine), computed once per call;
+    - ``pairwise(q', k', kv_offset) -> e``: the part that needs both, on any block of them.
+
+    ``forward(q, k, scale)`` is ``pairwise(*features(q, k)) · scale``. Class attributes describe
+    the function so the engine validates calls and picks a fast path without special cases:
 
     - ``parametric``: has learned parameters, so it must be constructed with its sizes;
     - ``same_size``: needs ``d_q == d_k`` (dot products and similarities);
-    - ``value_features``: ``None`` for one score per key, ``d_v`` for multi-dimensional scores.
+    - ``pairwise_is_dot``: ``pairwise`` is ``q'^T k'``, so fused dot-product kernels compute it;
+    - ``value_features``: ``None`` for one score per key, ``d_v`` for multi-dimensional scores;
+    - ``elements_per_score``: numbers held per score in ``pairwise`` (``d_w`` for the additive
+      score); blockwise backends size their blocks by it.
     """
 
     parametric: bool = False
     same_size: bool = False
+    pairwise_is_dot: bool = False
     value_features: int | None = None
-    registry_name: str = ""
-    #: how many numbers computing one score holds (the additive score's hidden layer: d_w); the
-    #: blockwise backends size their blocks by it.
     elements_per_score: int = 1
-
-    def dot_form(
-        self, q: Tensor, k: Tensor, scale: float | None = None
-    ) -> tuple[Tensor, Tensor, float] | None:
-        """``(q', k', s)`` with ``score(q, k) = s · q'^T k'`` when the score is a scaled dot product
-        of transformed queries and keys (so fused dot-product kernels can compute it), else None.
-        """
-        return None
+    registry_name: str = ""
 
     def check(self, d_query: int, d_key: int, n_keys: int) -> None:
         """Raise ``ValueError`` when this score cannot take queries/keys of these sizes."""
@@ -83,19 +84,33 @@ class Score(nn.Module):
                 f"got d_q={d_query} and d_k={d_key}"
             )
 
-    def forward_block(
-        self, q: Tensor, k: Tensor, scale: float | None = None, kv_offset: int = 0
-    ) -> Tensor:
-        """Scores of ``q`` against the block of keys ``k`` that starts at key ``kv_offset``.
+    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-vector transforms ``(q' [..., M, ·], k' [..., N, ·])``; identity by default."""
+        return q, k
 
-        The same as ``forward`` for every score that reads the keys themselves; blockwise
-        backends call this so position-based scores (``Location``) know where the block is.
+    def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
+        """Unscaled scores ``[..., m, n]`` of a block of query and key features; ``kv_offset`` is
+        the position of the block's first key (for scores of positions). Dot product by default.
         """
-        return self(q, k, scale)
+        return qf @ kf.transpose(-2, -1)
 
-    @staticmethod
-    def _scaled(e: Tensor, scale: float | None) -> Tensor:
-        return e if scale is None else e * scale
+    def pairwise_parameters(self) -> list[Tensor]:
+        """Learned tensors that ``pairwise`` itself reads (not ``features``)."""
+        return []
+
+    def default_scale(self, d_key: int) -> float | None:
+        """The factor applied when ``scale=None`` (``1/sqrt(d_k)`` for the scaled dot product)."""
+        return None
+
+    def resolve_scale(self, scale: float | None, d_key: int) -> float | None:
+        """``scale`` if given, else the score's default."""
+        return self.default_scale(d_key) if scale is None else scale
+
+    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
+        """Scores ``e [..., M, N]`` (``[..., M, N, d_v]`` multi-dimensional) of eq. (2)."""
+        e = self.pairwise(*self.features(q, k))
+        factor = self.resolve_scale(scale, k.shape[-1])
+        return e if factor is None else e * factor
 
 
 SCORES: Registry[Score] = Registry("score", Score, "ak.scores")
@@ -123,7 +138,7 @@ class Additive(Score):
 
     Shapes: ``q [..., M, d_q]``, ``k [..., N, d_k]`` → ``e [..., M, N]`` (or ``[..., M, N, d_v]``).
     Memory: the materialised form holds ``[..., M, N, d_w]``; the engine's tiled path holds one
-    block of it at a time.
+    block of it at a time, and computes ``W1 q`` and ``W2 k + b`` once.
     """
 
     parametric = True
@@ -150,14 +165,16 @@ class Additive(Score):
         _check_size("additive", "d_q", self.d_query, d_query)
         _check_size("additive", "d_k", self.d_key, d_key)
 
-    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        hidden = self.query_proj(q).unsqueeze(-2) + self.key_proj(k).unsqueeze(
-            -3
-        )  # [.., M, N, d_w]
-        e = self.out(self.act(hidden))  # [..., M, N, 1 or d_v]
-        if self.value_features is None:
-            e = e.squeeze(-1)
-        return self._scaled(e, scale)
+    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return self.query_proj(q), self.key_proj(k)  # W1 q [..., M, d_w], W2 k + b [..., N, d_w]
+
+    def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
+        hidden = self.act(qf.unsqueeze(-2) + kf.unsqueeze(-3))  # [..., m, n, d_w]
+        e = hidden @ self.out.weight.T.to(hidden.dtype)  # [..., m, n, 1 or d_v]
+        return e.squeeze(-1) if self.value_features is None else e
+
+    def pairwise_parameters(self) -> list[Tensor]:
+        return [self.out.weight]
 
 
 @SCORES.register("dot", "multiplicative")
@@ -165,12 +182,7 @@ class Dot(Score):
     """Multiplicative (dot-product) score of Luong et al.: ``q^T k_l`` (Table 2)."""
 
     same_size = True
-
-    def dot_form(self, q, k, scale=None):
-        return q, k, 1.0 if scale is None else scale
-
-    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        return self._scaled(q @ k.transpose(-2, -1), scale)
+    pairwise_is_dot = True
 
 
 @SCORES.register("scaled_dot", "scaled_multiplicative")
@@ -182,24 +194,22 @@ class ScaledDot(Score):
     """
 
     same_size = True
+    pairwise_is_dot = True
 
-    def dot_form(self, q, k, scale=None):
-        return q, k, 1.0 / math.sqrt(k.shape[-1]) if scale is None else scale
-
-    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        q, k, factor = self.dot_form(q, k, scale)
-        return (q @ k.transpose(-2, -1)) * factor
+    def default_scale(self, d_key: int) -> float | None:
+        return 1.0 / math.sqrt(d_key)
 
 
 @SCORES.register("general")
 class General(Score):
     """General score of Luong et al.: ``k_l^T W q`` with ``W [d_k, d_q]`` (Table 2).
 
-    Computed as the dot product of the transformed queries ``W q`` with the keys, so it costs one
-    projection of the queries plus a dot-product score.
+    The dot product of the transformed queries ``W q`` with the keys: one projection of the
+    queries, then a dot-product score (so it runs on fused dot-product kernels).
     """
 
     parametric = True
+    pairwise_is_dot = True
     bias = False
 
     def __init__(self, d_query: int, d_key: int) -> None:
@@ -211,15 +221,8 @@ class General(Score):
         _check_size(self.registry_name, "d_q", self.d_query, d_query)
         _check_size(self.registry_name, "d_k", self.d_key, d_key)
 
-    def transform_query(self, q: Tensor) -> Tensor:
-        """``W q`` (+ ``b``): the query as the key space sees it; the score is its dot with k."""
-        return self.query_proj(q)
-
-    def dot_form(self, q, k, scale=None):
-        return self.transform_query(q), k, 1.0 if scale is None else scale
-
-    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        return self._scaled(self.transform_query(q) @ k.transpose(-2, -1), scale)
+    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return self.query_proj(q), k  # W q (+ b): the query as the key space sees it
 
 
 @SCORES.register("biased_general")
@@ -246,9 +249,14 @@ class ActivatedGeneral(Score):
         _check_size("activated_general", "d_q", self.d_query, d_query)
         _check_size("activated_general", "d_k", self.d_key, d_key)
 
-    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        e = self.act(self.query_proj(q) @ k.transpose(-2, -1) + self.bias)
-        return self._scaled(e, scale)
+    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return self.query_proj(q), k
+
+    def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
+        return self.act(qf @ kf.transpose(-2, -1) + self.bias.to(qf.dtype))
+
+    def pairwise_parameters(self) -> list[Tensor]:
+        return [self.bias]
 
 
 @SCORES.register("cosine")
@@ -262,6 +270,7 @@ class Cosine(Score):
     """
 
     same_size = True
+    pairwise_is_dot = True
 
     def __init__(self, temperature: float = 1.0, learnable: bool = False, eps: float = 1e-8):
         super().__init__()
@@ -274,40 +283,26 @@ class Cosine(Score):
             self.register_buffer("log_temperature", log_t)
         self.eps = eps
 
-    def normalise(self, x: Tensor) -> Tensor:
-        """``x / ||x||``: cosine is the dot product of normalised queries and keys."""
-        return F.normalize(x, dim=-1, eps=self.eps)
-
-    def dot_form(self, q, k, scale=None):
-        # The (possibly learned) temperature is folded into the queries, so the scale stays a float.
-        q = self.normalise(q) / self.log_temperature.exp().to(q.dtype)
-        return q, self.normalise(k), 1.0 if scale is None else scale
-
-    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        q, k, factor = self.dot_form(q, k, scale)
-        return (q @ k.transpose(-2, -1)) * factor
+    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        # Normalised vectors, the (possibly learned) temperature folded into the queries.
+        q = F.normalize(q, dim=-1, eps=self.eps) / self.log_temperature.exp().to(q.dtype)
+        return q, F.normalize(k, dim=-1, eps=self.eps)
 
 
 @SCORES.register("euclidean")
 class Euclidean(Score):
     """Negative Euclidean (L2) distance score (Table 2, "similarity"): ``-||q - k_l||_2``.
 
-    Computed as ``-sqrt(|q|^2 + |k|^2 - 2 q^T k)`` so it is a matrix product (no ``[M, N, d]``
-    difference tensor); the gradient at zero distance is taken as 0 instead of NaN.
+    Computed from the differences themselves (``torch.cdist`` without its matrix-product shortcut,
+    and without a ``[M, N, d]`` tensor): the shortcut ``sqrt(|q|^2 + |k|^2 - 2 q^T k)`` is ~3x
+    faster but loses the small distances to cancellation — exactly the largest scores, such as a
+    query's distance to itself in self-attention. The gradient at zero distance is 0.
     """
 
     same_size = True
 
-    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        squared = (
-            q.pow(2).sum(-1, keepdim=True)
-            + k.pow(2).sum(-1).unsqueeze(-2)
-            - 2 * (q @ k.transpose(-2, -1))
-        ).clamp_min(0)
-        positive = squared > 0
-        # sqrt has an infinite derivative at 0; route those entries through a constant instead.
-        distance = torch.where(positive, squared, torch.ones_like(squared)).sqrt() * positive
-        return self._scaled(-distance, scale)
+    def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
+        return -torch.cdist(qf, kf, compute_mode="donot_use_mm_for_euclid_dist")
 
 
 @SCORES.register("location")
@@ -336,16 +331,13 @@ class Location(Score):
                 f"got {n_keys}"
             )
 
-    def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        return self.forward_block(q, k, scale)
+    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        return self.proj(q), k  # W_a q + b: one score per key position
 
-    def forward_block(
-        self, q: Tensor, k: Tensor, scale: float | None = None, kv_offset: int = 0
-    ) -> Tensor:
-        e = self.proj(q)[..., kv_offset : kv_offset + k.shape[-2]]
+    def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
+        e = qf[..., kv_offset : kv_offset + kf.shape[-2]]
         # Keys carry no information here, but the scores must broadcast over their leading dims.
-        e = e.expand(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), *e.shape[-2:])
-        return self._scaled(e, scale)
+        return e.expand(*torch.broadcast_shapes(qf.shape[:-2], kf.shape[:-2]), *e.shape[-2:])
 
 
 def resolve_score(spec: str | Score) -> Score:

@@ -1,8 +1,8 @@
 """The ``sdpa`` backend: PyTorch's fused ``scaled_dot_product_attention`` for (scaled) dot + softmax.
 
 Equivalent to the reference path for softmax alignment with every score that is a scaled dot
-product of transformed queries and keys (``Score.dot_form``: dot, scaled dot, general, biased
-general, cosine — the transform runs first, under autograd, then the fused kernel). It neither
+product of transformed queries and keys (``Score.pairwise_is_dot``: dot, scaled dot, general, biased
+general, cosine — the features are computed first, under autograd, then the fused kernel). It neither
 materialises the weights nor applies a ``score_mod``, so calls asking for those go elsewhere. Causal masks with ``M != N`` are passed as an explicit bottom-right boolean mask (SDPA's
 own ``is_causal`` is top-left, pytorch/pytorch#108108); with ``M == N`` and no other mask the
 kernel's ``is_causal`` fast path is used.
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from attnkit.core.align import Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.scores import Score
+from attnkit.core.reference import score_features
 
 SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -23,8 +23,8 @@ SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 def sdpa_reasons(call: AttentionCall) -> list[str]:
     """Why the ``sdpa`` backend cannot compute ``call`` (empty when it can)."""
     reasons = []
-    if type(call.score).dot_form is Score.dot_form:
-        reasons.append(f"score {call.score.registry_name!r} is not a dot product of transforms")
+    if not call.score.pairwise_is_dot:
+        reasons.append(f"score {call.score.registry_name!r} is not a dot product of features")
     if type(call.align) is not Softmax:
         reasons.append(f"align {call.align.registry_name!r} is not 'softmax'")
     if call.return_weights:
@@ -42,9 +42,9 @@ def sdpa_reasons(call: AttentionCall) -> list[str]:
 
 def sdpa_attention(call: AttentionCall) -> AttentionOutput:
     """Run ``call`` through ``F.scaled_dot_product_attention`` (see :func:`sdpa_reasons`)."""
-    form = call.score.dot_form(call.q, call.k, call.scale)
-    assert form is not None, "sdpa_reasons admits only scores with a dot form"
-    q, k, scale = form
+    q, k = score_features(call, call.q, call.k)  # e.g. W q of the general score, under autograd
+    scale = call.score.resolve_scale(call.scale, call.k.shape[-1])
+    scale = 1.0 if scale is None else scale  # SDPA's own default would be 1/sqrt(d)
     _, _, m, n = call.shape
     # Square causal: the kernel's own flag (top-left = bottom-right when M == N) skips blocks.
     is_causal = call.only_causal and m == n

@@ -33,8 +33,7 @@ from torch import Tensor, nn
 
 from attnkit.core.align import Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.masks import index_grids
-from attnkit.core.reference import call_scores, compute_dtype
+from attnkit.core.reference import call_scores, compute_dtype, score_features
 
 #: numbers of one block's score tensor [B, H, bq, bk] (times the score's own elements per score)
 BLOCK_BUDGET = 1 << 21
@@ -81,27 +80,15 @@ class TiledPlan:
     """What the autograd function needs besides tensors: how to score a block, and the blocks."""
 
     call: AttentionCall
-    dot_scale: float | None  # q, k are already in dot form: s = dot_scale · q k^T (+ bias, mod)
+    dot_scale: float | None  # the score is s = dot_scale · q'^T k' of its features (+ bias, mod)
     block_q: int
     block_k: int
     seed: int  # dropout stream: block (i, j) draws from seed + i · n_key_blocks + j
     n_extras: int
 
-    def scores(self, q: Tensor, k: Tensor, q0: int, k0: int) -> Tensor:
-        """Scores of a block, in the compute dtype ``[B, H, bq, bk]`` (masked entries not filled)."""
-        call = self.call
-        if self.dot_scale is None:
-            return call_scores(call, q, k, q0, k0)
-        dtype = compute_dtype(q.dtype)
-        s = (q.to(dtype) @ k.to(dtype).transpose(-2, -1)) * self.dot_scale
-        bias = call.bias_block(q0, q0 + q.shape[-2], k0, k0 + k.shape[-2])
-        if bias is not None:
-            s = s + bias.to(s.dtype)
-        if call.score_mod is not None:
-            b, h = call.shape[:2]
-            grids = index_grids(b, h, q.shape[-2], k.shape[-2], q.device, 0, q0, k0)
-            s = call.score_mod(s, *grids)
-        return s
+    def scores(self, qf: Tensor, kf: Tensor, q0: int, k0: int) -> Tensor:
+        """Scores of a block of features, ``[B, H, bq, bk]`` (masked entries not filled)."""
+        return call_scores(self.call, qf, kf, q0, k0)
 
     @property
     def whole_rows(self) -> bool:
@@ -239,10 +226,11 @@ class TiledAttentionFunction(torch.autograd.Function):
             saved.append(weights)
         ctx.save_for_backward(*saved)
         ctx.set_materialize_grads(False)
+        # Outputs in the inputs' dtype (v is the raw input; q, k are features in compute dtype).
         return (
-            out.to(q.dtype),
+            out.to(v.dtype),
             lse,
-            weights.to(q.dtype) if weights is not None else lse.new_empty(0),
+            weights.to(v.dtype) if weights is not None else lse.new_empty(0),
             summary,
         )
 
@@ -310,16 +298,14 @@ class TiledAttentionFunction(torch.autograd.Function):
 def tiled_attention(call: AttentionCall) -> AttentionOutput:
     """Run ``call`` by tiles (see the module docstring)."""
     b, h, m, n = call.shape
-    q, k = call.q, call.k
-    form = call.score.dot_form(q, k, call.scale)
-    if form is not None:
-        q, k, dot_scale = form  # transforms run here, under ordinary autograd
-        extras = []
-        cost = 1
-    else:
-        dot_scale = None
-        extras = [p for p in call.score.parameters() if p.requires_grad]
-        cost = call.score.elements_per_score
+    # Per-vector features run here, once, under ordinary autograd; blocks see only pairwise.
+    q, k = score_features(call, call.q, call.k)
+    dot_scale = None
+    if call.score.pairwise_is_dot:
+        factor = call.score.resolve_scale(call.scale, call.k.shape[-1])
+        dot_scale = 1.0 if factor is None else factor
+    extras = [p for p in call.score.pairwise_parameters() if p.requires_grad]
+    cost = call.score.elements_per_score
     if call.bias is not None and call.bias.requires_grad:
         extras.append(call.bias)
     extras += [t for t in captured_tensors(call.score_mod) if all(t is not e for e in extras)]

@@ -1,0 +1,458 @@
+"""Exact attention: attnkit's engine against raw SDPA, the naive materialised formula and Flex.
+
+    python benchmarks/exact.py            # the full tables (long: tens of minutes on 2 cores)
+    python benchmarks/exact.py --quick    # smaller sizes, to check the script itself
+
+Prints markdown tables and writes them, with the machine's description and the targets of the
+exact-engine issue, to docs/benchmarks.md. Times are medians of interleaved repetitions in one
+run (compare ratios, not absolute times across runs); peak memory is measured per configuration
+in fresh subprocesses (see common.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+import attnkit as ak  # noqa: E402
+
+HERE = Path(__file__).resolve()
+DOCS = HERE.parent.parent / "docs" / "benchmarks.md"
+D, HEADS, D_HIDDEN = 64, 8, 256
+
+
+def make_score(name: str, d_hidden: int = D_HIDDEN) -> ak.scores.Score:
+    torch.manual_seed(0)
+    return {
+        "scaled_dot": lambda: ak.scores.ScaledDot(),
+        "additive": lambda: ak.scores.Additive(D, D, d_hidden),
+        "general": lambda: ak.scores.General(D, D),
+        "biased_general": lambda: ak.scores.BiasedGeneral(D, D),
+        "activated_general": lambda: ak.scores.ActivatedGeneral(D, D),
+        "cosine": lambda: ak.scores.Cosine(),
+        "euclidean": lambda: ak.scores.Euclidean(),
+        "dot": lambda: ak.scores.Dot(),
+        "location": lambda: ak.scores.Location(D, 1 << 15),
+    }[name]()
+
+
+def naive(q, k, v, score, align: str = "softmax", causal: bool = False, score_mod=None):
+    """The materialised formula, as a user would write it without attnkit."""
+    e = score(q, k)
+    if score_mod is not None:
+        n = e.shape[-1]
+        i = torch.arange(e.shape[-2]).view(-1, 1)
+        j = torch.arange(n).view(1, -1)
+        e = score_mod(e, 0, 0, i, j)
+    if causal:
+        m, n = e.shape[-2:]
+        e = e.masked_fill(torch.ones(m, n, dtype=torch.bool).tril(n - m).logical_not(), -math.inf)
+    if align == "softmax":
+        a = e.softmax(-1)
+    else:
+        import entmax
+
+        a = getattr(entmax, align)(e, dim=-1)
+    return a @ v
+
+
+def softcap(s, b, h, i, j):
+    return 30 * torch.tanh(s / 30)
+
+
+def inputs(n: int, heads: int, grad: bool, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, heads, n, D, generator=g).requires_grad_(grad) for _ in range(3)]
+
+
+def runner(impl: str, spec: dict) -> Callable[[], object]:
+    """A zero-argument callable running one implementation on one configuration."""
+    n, heads, grad = spec["n"], spec["heads"], spec["mode"] == "fwd+bwd"
+    q, k, v = inputs(n, heads, grad)
+    score = make_score(spec["score"], spec.get("d_hidden", D_HIDDEN))
+    align, causal = spec.get("align", "softmax"), spec.get("causal", False)
+    score_mod = softcap if spec.get("score_mod") else None
+    if impl == "attnkit":
+        weights = spec.get("weights", False)
+
+        def call():
+            out = ak.attention(
+                q,
+                k,
+                v,
+                score=score,
+                align=align,
+                causal=causal,
+                score_mod=score_mod,
+                return_weights=weights,
+            )
+            return out.context
+    elif impl == "sdpa":
+
+        def call():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    elif impl == "naive":
+
+        def call():
+            return naive(q, k, v, score, align, causal, score_mod)
+    elif impl == "flex":
+        from torch.nn.attention.flex_attention import flex_attention
+
+        flex = torch.compile(flex_attention, dynamic=False)
+
+        def call():
+            return flex(q, k, v, score_mod=score_mod)
+    elif impl == "write":  # the cost of writing a [B, H, M, N] tensor once
+
+        def call():
+            return torch.empty(1, heads, n, n).fill_(1.0)
+    else:
+        raise ValueError(impl)
+
+    if not grad:
+
+        def forward():
+            with torch.no_grad():
+                return call()
+
+        return forward
+
+    def forward_backward():
+        for t in (q, k, v):
+            t.grad = None
+        call().sum().backward()
+
+    return forward_backward
+
+
+def measure(payload: str) -> None:
+    """Subprocess entry: run one configuration once (or only its set-up) and print ru_maxrss."""
+    spec = json.loads(payload)
+    fn = runner(spec["impl"], spec)
+    tiny = runner(spec["impl"], {**spec, "n": 8})
+    tiny()  # warm-up of the libraries and thread pools, in both processes
+    if not spec["baseline"]:
+        fn()
+    print(common.maxrss_mib())
+
+
+def fmt_time(t: float | None) -> str:
+    return "—" if t is None else f"{t * 1e3:.1f}"
+
+
+def fmt_mem(m: float | None) -> str:
+    return "—" if m is None else f"{m:.0f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def naive_bytes(spec: dict) -> float:
+    """Rough size of the naive formula's score tensors, to skip what cannot fit in memory."""
+    per = spec["heads"] * spec["n"] ** 2 * 4
+    if spec["score"] == "additive":
+        per *= spec.get("d_hidden", D_HIDDEN)
+    return per * (4 if spec["mode"] == "fwd+bwd" else 2)
+
+
+def time_configs(specs: list[dict], impls: list[str], repeats: int) -> dict:
+    fns = {}
+    for impl in impls:
+        spec = {**specs[0], "impl": impl}
+        if impl == "naive" and naive_bytes(spec) > 12 * 2**30:
+            continue
+        fns[impl] = runner(impl, spec)
+    return common.interleaved_medians(fns, repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    if args.measure:
+        measure(args.measure)
+        return
+
+    quick = args.quick
+    sizes = [512, 1024] if quick else [512, 1024, 2048, 4096, 8192, 16384]
+    repeats = 3 if quick else 5
+    out = [
+        "# Benchmarks",
+        "",
+        f"Measured {datetime.date.today()} on: {common.machine()}.",
+        "",
+        "Times are milliseconds, medians of interleaved repetitions in one run; memory is peak RSS "
+        "beyond the inputs in MiB, in a fresh process per configuration. "
+        "Reproduce: `python benchmarks/exact.py`" + (" --quick" if quick else "") + ".",
+        "",
+    ]
+    targets: list[tuple[str, str, bool | None]] = []
+
+    # 1. scaled_dot: attnkit vs raw SDPA vs the naive formula.
+    rows = []
+    ratios_a = []
+    for n in sizes:
+        for causal in (False, True):
+            for mode in ("fwd", "fwd+bwd"):
+                spec = {
+                    "n": n,
+                    "heads": HEADS,
+                    "score": "scaled_dot",
+                    "causal": causal,
+                    "mode": mode,
+                }
+                reps = repeats if n <= 4096 else 2
+                times = time_configs([spec], ["attnkit", "sdpa", "naive"], reps)
+                mems = {
+                    impl: common.peak_memory_mib(str(HERE), {**spec, "impl": impl})
+                    if impl in times
+                    else None
+                    for impl in ("attnkit", "sdpa", "naive")
+                }
+                ratio = times["sdpa"] / times["attnkit"]
+                if mode == "fwd+bwd" and 1024 <= n <= 8192:
+                    ratios_a.append(ratio)
+                rows.append(
+                    [
+                        str(n),
+                        "yes" if causal else "no",
+                        mode,
+                        fmt_time(times["attnkit"]),
+                        fmt_time(times["sdpa"]),
+                        fmt_time(times.get("naive")),
+                        f"{ratio:.2f}",
+                        fmt_mem(mems["attnkit"]),
+                        fmt_mem(mems["sdpa"]),
+                        fmt_mem(mems["naive"]),
+                    ]
+                )
+                print(rows[-1], flush=True)
+    out += [
+        "## scaled_dot (B=1, H=8, d=64, fp32)",
+        "",
+        table(
+            [
+                "n",
+                "causal",
+                "pass",
+                "attnkit ms",
+                "SDPA ms",
+                "naive ms",
+                "SDPA/attnkit speed",
+                "attnkit MiB",
+                "SDPA MiB",
+                "naive MiB",
+            ],
+            rows,
+        ),
+        "",
+    ]
+    if ratios_a:
+        targets.append(
+            (
+                "(a) scaled_dot via ak.attention, n=1024–8192 fwd+bwd: >= 0.95x SDPA's speed",
+                f"min {min(ratios_a):.2f}x",
+                min(ratios_a) >= 0.95,
+            )
+        )
+
+    # 2. Other scores and alignments vs the naive formula.
+    rows = []
+    others = [
+        ("additive", "softmax", 1),
+        ("general", "softmax", HEADS),
+        ("cosine", "softmax", HEADS),
+        ("scaled_dot", "sparsemax", HEADS),
+        ("scaled_dot", "entmax15", HEADS),
+    ]
+    for score, align, heads in others:
+        for n in sizes[:-1] if not quick else sizes:
+            spec = {"n": n, "heads": heads, "score": score, "align": align, "mode": "fwd+bwd"}
+            times = time_configs([spec], ["attnkit", "naive"], max(2, repeats - 2))
+            mems = {
+                impl: common.peak_memory_mib(str(HERE), {**spec, "impl": impl})
+                if impl in times
+                else None
+                for impl in ("attnkit", "naive")
+            }
+            rows.append(
+                [
+                    score,
+                    align,
+                    str(heads),
+                    str(n),
+                    fmt_time(times["attnkit"]),
+                    fmt_time(times.get("naive")),
+                    fmt_mem(mems["attnkit"]),
+                    fmt_mem(mems["naive"]),
+                ]
+            )
+            print(rows[-1], flush=True)
+            if score == "additive" and n == 2048:
+                ok = (
+                    mems["naive"] is not None
+                    and mems["attnkit"] is not None
+                    and mems["attnkit"] <= mems["naive"] / 10
+                    and times["attnkit"] <= times["naive"]
+                )
+                targets.append(
+                    (
+                        "(b) additive n=2048 d_w=256 fwd+bwd: memory <= 1/10 naive, time <= naive",
+                        f"{fmt_mem(mems['attnkit'])} vs {fmt_mem(mems['naive'])} MiB, "
+                        f"{fmt_time(times['attnkit'])} vs {fmt_time(times.get('naive'))} ms",
+                        ok,
+                    )
+                )
+    out += [
+        "## Other scores and alignments (fwd+bwd, B=1, d=64; additive d_w=256 with H=1, "
+        "because the naive formula needs H·n²·d_w·4 bytes)",
+        "",
+        table(
+            ["score", "align", "H", "n", "attnkit ms", "naive ms", "attnkit MiB", "naive MiB"], rows
+        ),
+        "",
+    ]
+
+    # 3. (c) every score with softmax at the largest n: peak memory of fwd+bwd.
+    n_big = sizes[-1]
+    rows = []
+    worst = 0.0
+    for score in (
+        "scaled_dot",
+        "dot",
+        "general",
+        "biased_general",
+        "cosine",
+        "euclidean",
+        "activated_general",
+        "location",
+        "additive",
+    ):
+        spec = {
+            "n": n_big,
+            "heads": HEADS,
+            "score": score,
+            "mode": "fwd+bwd",
+            "impl": "attnkit",
+            "d_hidden": 64,
+        }
+        mem = common.peak_memory_mib(str(HERE), spec, timeout=3600)
+        worst = max(worst, mem if mem is not None else math.inf)
+        rows.append([score, fmt_mem(mem)])
+        print(rows[-1], flush=True)
+    out += [
+        f"## Every score with softmax, n={n_big}, H=8, d=64, fwd+bwd (additive d_w=64)",
+        "",
+        table(["score", "peak MiB beyond inputs"], rows),
+        "",
+    ]
+    targets.append(
+        (
+            f"(c) every score, n={n_big}, fwd+bwd: <= 512 MiB beyond the inputs",
+            f"max {worst:.0f} MiB",
+            worst <= 512,
+        )
+    )
+
+    # 4. (d) weights on demand, (e) causal block skipping, (f) dot-form scores on SDPA, (g) Flex.
+    n4, n8 = (1024, 1024) if quick else (4096, 8192)
+    base = {"n": n4, "heads": HEADS, "score": "activated_general", "mode": "fwd"}
+    t = common.interleaved_medians(
+        {
+            "plain": runner("attnkit", base),
+            "weights": runner("attnkit", {**base, "weights": True}),
+            "write": runner("write", base),
+        },
+        repeats,
+    )
+    ok = t["weights"] <= 2.5 * t["plain"] + t["write"]
+    targets.append(
+        (
+            f"(d) return_weights=True (activated_general, n={n4}): <= 2.5x without + write time",
+            f"{fmt_time(t['weights'])} vs 2.5·{fmt_time(t['plain'])} + {fmt_time(t['write'])} ms",
+            ok,
+        )
+    )
+
+    spec = {"n": n8, "heads": HEADS, "score": "euclidean", "mode": "fwd"}
+    t = common.interleaved_medians(
+        {"full": runner("attnkit", spec), "causal": runner("attnkit", {**spec, "causal": True})},
+        max(2, repeats - 2),
+    )
+    targets.append(
+        (
+            f"(e) tiled causal forward at n={n8} (euclidean): <= 0.6x non-causal",
+            f"{t['causal'] / t['full']:.2f}x",
+            t["causal"] / t["full"] <= 0.6,
+        )
+    )
+
+    for score in ("general", "biased_general", "cosine"):
+        spec = {"n": n4, "heads": HEADS, "score": score, "mode": "fwd+bwd"}
+        t = common.interleaved_medians(
+            {
+                "attnkit": runner("attnkit", spec),
+                "sdpa": runner("sdpa", {**spec, "score": "scaled_dot"}),
+            },
+            repeats,
+        )
+        r = t["sdpa"] / t["attnkit"]
+        targets.append(
+            (f"(f) {score} at n={n4} fwd+bwd: >= 0.9x SDPA's speed", f"{r:.2f}x", r >= 0.9)
+        )
+
+    spec = {"n": n4, "heads": HEADS, "score": "scaled_dot", "mode": "fwd", "score_mod": True}
+    try:
+        t = common.interleaved_medians(
+            {
+                "attnkit": runner("attnkit", spec),
+                "flex": runner("flex", spec),
+                "naive": runner("naive", spec),
+            },
+            repeats,
+        )
+        r = t["flex"] / t["attnkit"]
+        targets.append(
+            (
+                f"(g) tiled soft-capping score_mod at n={n4} fwd: >= 1.0x compiled Flex",
+                f"{r:.2f}x (attnkit {fmt_time(t['attnkit'])}, Flex {fmt_time(t['flex'])}, "
+                f"naive {fmt_time(t['naive'])} ms)",
+                r >= 1.0,
+            )
+        )
+    except Exception as error:  # compiled Flex needs a working inductor C++ toolchain
+        targets.append(
+            ("(g) tiled score_mod vs compiled Flex", f"Flex did not run: {error!r:.120}", None)
+        )
+
+    rows = [
+        [name, value, "—" if ok is None else ("met" if ok else "**not met**")]
+        for name, value, ok in targets
+    ]
+    out += ["## Targets", "", table(["target", "measured", "status"], rows), ""]
+    text = "\n".join(out)
+    print(text)
+    if not args.no_write:
+        DOCS.parent.mkdir(exist_ok=True)
+        DOCS.write_text(text)
+        print(f"wrote {DOCS}")
+
+
+if __name__ == "__main__":
+    main()
