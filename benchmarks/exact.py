@@ -23,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+import common
 
-import attnkit as ak  # noqa: E402
+import attnkit as ak
 
 HERE = Path(__file__).resolve()
 DOCS = HERE.parent.parent / "docs" / "benchmarks.md"
