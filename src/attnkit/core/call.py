@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from attnkit.core.align import Align, resolve_align
+from attnkit.core.align import Align, Softmax, resolve_align
 from attnkit.core.masks import MaskMod, ScoreMod, causal_mod, index_grids
 from attnkit.core.scores import Score, resolve_score
 from attnkit.core.summary import check_summary
@@ -69,6 +69,7 @@ class AttentionCall:
     return_weights: bool
     three_d: bool  # inputs were [B, L, d]: outputs drop the head dimension
     summary: str | None = None  # "column_sum" | "entropy" | "argmax"
+    return_lse: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -196,6 +197,7 @@ def prepare(
     scale: float | None = None,
     dropout: float = 0.0,
     return_weights: bool = False,
+    return_lse: bool = False,
     summary: str | None = None,
 ) -> AttentionCall:
     """Check the arguments of :func:`attnkit.attention` and normalise them (see module doc)."""
@@ -203,6 +205,10 @@ def prepare(
     check_summary(summary)
     score_obj = resolve_score(score)
     align_obj = resolve_align(align)
+    if return_lse and not isinstance(align_obj, Softmax):
+        raise ValueError(
+            f"return_lse=True needs the softmax alignment, got {align_obj.registry_name!r}"
+        )
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
         raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))):
@@ -254,4 +260,5 @@ def prepare(
         return_weights=return_weights,
         three_d=three_d,
         summary=summary,
+        return_lse=return_lse,
     )

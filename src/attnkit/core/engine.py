@@ -1,7 +1,7 @@
 """``attention()``: one call for every score and alignment; the engine picks how to compute it.
 
-Backends are declared as data (STYLE.md, after xFormers' dispatch): each names itself, says why it
-cannot run a given call, and runs it. The engine takes the first backend with no reasons against
+Backends are declared as data (STYLE.md, after xFormers' dispatch): each names itself, declares
+what it supports, and runs a call; why it cannot run a given call is derived from the declaration. The engine takes the first backend with no reasons against
 it; forcing a backend that cannot run raises with its reasons. No backend changes the result to
 gain speed — every one is tested against the float64 materialised formula.
 
@@ -14,51 +14,99 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
-from attnkit.core.align import Align
+from attnkit.core.align import Align, Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
 from attnkit.core.chunked import chunked_attention
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.reference import reference_attention
 from attnkit.core.scores import Score
-from attnkit.core.sdpa import sdpa_attention, sdpa_reasons
-from attnkit.core.tiled import tiled_attention, tiled_reasons
+from attnkit.core.sdpa import sdpa_attention
+from attnkit.core.tiled import tiled_attention
+
+ALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 @dataclass(frozen=True)
 class Backend:
-    """A way to compute attention: what it is, why it cannot take a call, and how it runs one."""
+    """A way to compute attention, with what it supports declared as data.
+
+    ``reasons(call)`` derives from the declaration why the backend cannot run a call, so the
+    dispatcher, ``explain()``, ``attnkit info`` and the tests all read the same facts.
+    """
 
     name: str
     description: str
-    reasons: Callable[[AttentionCall], list[str]]
     run: Callable[[AttentionCall], AttentionOutput]
+    dot_scores_only: bool = False  # only scores whose pairwise part is a dot product
+    aligns: tuple[type[Align], ...] | None = None  # None: every alignment
+    multi_dimensional: bool = True
+    weights: bool = True
+    lse: bool = True  # can return the log-sum-exp (softmax alignment)
+    score_mod: bool = True
+    dropout: bool = True
+    summary: bool = True
+    dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
+    devices: tuple[str, ...] | None = None  # device types; None: any
+
+    def reasons(self, call: AttentionCall) -> list[str]:
+        """Why this backend cannot compute ``call`` (empty when it can)."""
+        why = []
+        if self.dot_scores_only and not call.score.pairwise_is_dot:
+            why.append(f"score {call.score.registry_name!r} is not a dot product of features")
+        if self.aligns is not None and type(call.align) not in self.aligns:
+            names = ", ".join(repr(a.registry_name) for a in self.aligns)
+            why.append(f"align {call.align.registry_name!r} is not {names} (needs whole rows)")
+        if not self.multi_dimensional and call.score.value_features is not None:
+            why.append("multi-dimensional scores need whole rows per feature")
+        if not self.weights and call.return_weights:
+            why.append("weights were asked for")
+        if not self.lse and call.return_lse:
+            why.append("lse was asked for")
+        if not self.score_mod and call.score_mod is not None:
+            why.append("a score_mod was given")
+        if not self.dropout and call.dropout > 0:
+            why.append("dropout > 0 (attnkit's dropout draws from one seeded stream)")
+        if not self.summary and call.summary is not None:
+            why.append(f"summary {call.summary!r} was asked for")
+        if call.q.dtype not in self.dtypes:
+            why.append(f"dtype {call.q.dtype} is not supported")
+        if self.devices is not None and call.q.device.type not in self.devices:
+            why.append(f"device {call.q.device.type!r} is not supported")
+        return why
 
 
 BACKENDS: list[Backend] = [
     Backend(
         "sdpa",
         "torch.nn.functional.scaled_dot_product_attention (fused kernels)",
-        sdpa_reasons,
         sdpa_attention,
+        dot_scores_only=True,
+        aligns=(Softmax,),
+        multi_dimensional=False,
+        weights=False,
+        lse=False,
+        score_mod=False,
+        dropout=False,
+        summary=False,
     ),
     Backend(
         "tiled",
         "FlashAttention's online softmax over blocks, backward by recomputation: every score",
-        tiled_reasons,
         tiled_attention,
+        aligns=(Softmax,),
+        multi_dimensional=False,
     ),
     Backend(
         "chunked",
         "the materialised formula over blocks of queries: every alignment, multi-dimensional",
-        lambda call: [],
         chunked_attention,
     ),
     Backend(
         "reference",
         "the materialised formula, eq. (2)-(4): every score, alignment and option",
-        lambda call: [],
         reference_attention,
     ),
 ]
@@ -148,6 +196,7 @@ def attention(
     scale: float | None = None,
     dropout: float = 0.0,
     return_weights: bool = False,
+    return_lse: bool = False,
     summary: str | None = None,
     backend: str | None = None,
 ) -> AttentionOutput:
@@ -174,6 +223,8 @@ def attention(
         dropout: probability of zeroing each attention weight (drawn from torch's RNG, so
             reproducible with ``torch.manual_seed``). Applied whenever > 0: modules pass 0 in eval.
         return_weights: also return the attention weights.
+        return_lse: the result must carry ``lse`` (softmax alignment), e.g. for
+            :func:`attnkit.merge_attention`; backends that cannot give it are passed over.
         summary: ``"column_sum"`` ``[B, H, N]``, ``"entropy"`` or ``"argmax"`` ``[B, H, M]`` of the
             weights, without returning them (the tiled backend computes them in its pass).
         backend: force a backend (``"sdpa"``, ``"reference"``); raises if it cannot run the call.
@@ -207,6 +258,7 @@ def attention(
         scale=scale,
         dropout=dropout,
         return_weights=return_weights,
+        return_lse=return_lse,
         summary=summary,
     )
     return _to_user_shapes(call, choose_backend(call, backend).run(call))

@@ -10,34 +10,10 @@ kernel's ``is_causal`` fast path is used.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
-from attnkit.core.align import Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.reference import score_features
-
-SDPA_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-def sdpa_reasons(call: AttentionCall) -> list[str]:
-    """Why the ``sdpa`` backend cannot compute ``call`` (empty when it can)."""
-    reasons = []
-    if not call.score.pairwise_is_dot:
-        reasons.append(f"score {call.score.registry_name!r} is not a dot product of features")
-    if type(call.align) is not Softmax:
-        reasons.append(f"align {call.align.registry_name!r} is not 'softmax'")
-    if call.return_weights:
-        reasons.append("weights were asked for (SDPA does not return them)")
-    if call.summary is not None:
-        reasons.append(f"summary {call.summary!r} was asked for")
-    if call.score_mod is not None:
-        reasons.append("a score_mod was given")
-    if call.dropout > 0:
-        reasons.append("dropout > 0 (attnkit's dropout must draw from one seeded stream)")
-    if call.q.dtype not in SDPA_DTYPES:
-        reasons.append(f"dtype {call.q.dtype} is not supported")
-    return reasons
 
 
 def sdpa_attention(call: AttentionCall) -> AttentionOutput:

@@ -31,23 +31,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from attnkit.core.align import Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.reference import call_scores, compute_dtype, score_features
 
 #: numbers of one block's score tensor [B, H, bq, bk] (times the score's own elements per score)
 BLOCK_BUDGET = 1 << 21
 NEG_INF = float("-inf")
-
-
-def tiled_reasons(call: AttentionCall) -> list[str]:
-    """Why the ``tiled`` backend cannot compute ``call`` (empty when it can)."""
-    reasons = []
-    if type(call.align) is not Softmax:
-        reasons.append(f"align {call.align.registry_name!r} is not 'softmax' (needs whole rows)")
-    if call.score.value_features is not None:
-        reasons.append("multi-dimensional scores need whole rows per feature")
-    return reasons
 
 
 def block_sizes(batch_heads: int, m: int, n: int, elements_per_score: int) -> tuple[int, int]:
