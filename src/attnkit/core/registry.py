@@ -22,6 +22,7 @@ class Registry(Generic[T]):
         self.base = base
         self._classes: dict[str, type] = {}
         self._aliases: dict[str, str] = {}
+        self._shared: dict[str, T] = {}  # one instance per stateless name (see ``resolve``)
 
     def register(self, name: str, *aliases: str) -> Callable[[type], type]:
         """Class decorator: register ``cls`` under ``name`` and its ``aliases``."""
@@ -54,19 +55,34 @@ class Registry(Generic[T]):
             raise ValueError(f"unknown {self.kind} {name!r}; expected one of: {valid}")
         return self._classes[canonical]
 
+    def create(self, name: str) -> T:
+        """A new object for the name of a class without learned parameters."""
+        cls = self.get(name)
+        if getattr(cls, "parametric", False):
+            raise ValueError(
+                f"{self.kind} {name!r} has learned parameters, so its sizes must be given: "
+                f"construct {self.module}.{cls.__name__}(...) and pass the object instead "
+                "of the name"
+            )
+        return cls()  # type: ignore[no-any-return]
+
     def resolve(self, spec: object) -> T:
-        """An object of this kind from a name or an object (returned unchanged)."""
+        """An object of this kind from a name or an object (returned unchanged).
+
+        For the functional API: objects of names without state (no parameters, buffers that
+        never change, not stochastic) are shared between calls, since building an ``nn.Module``
+        per call costs more than a small attention call. Modules that own their score or
+        alignment use :meth:`create`.
+        """
         if isinstance(spec, self.base):
             return spec  # type: ignore[return-value]
         if isinstance(spec, str):
             cls = self.get(spec)
-            if getattr(cls, "parametric", False):
-                raise ValueError(
-                    f"{self.kind} {spec!r} has learned parameters, so its sizes must be given: "
-                    f"construct {self.module}.{cls.__name__}(...) and pass the object instead "
-                    "of the name"
-                )
-            return cls()  # type: ignore[no-any-return]
+            if getattr(cls, "stochastic", False) or getattr(cls, "parametric", False):
+                return self.create(spec)
+            if spec not in self._shared:
+                self._shared[spec] = self.create(spec)
+            return self._shared[spec]
         raise TypeError(
             f"{self.kind} must be a name (str) or a {self.module}.{self.base.__name__} object, "
             f"got {type(spec).__name__}"

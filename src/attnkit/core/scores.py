@@ -370,4 +370,6 @@ def build_score(
         return Additive(d_query, d_key, d_hidden or d_key, value_features=value_features)
     if cls in (General, BiasedGeneral, ActivatedGeneral):
         return cls(d_query, d_key)
+    if isinstance(spec, str):
+        return SCORES.create(spec)  # a module's own object, never shared with other modules
     return resolve_score(spec)
