@@ -110,13 +110,28 @@ class Softmax(Align):
         return masked_softmax(e, mask), None
 
 
+def nan_rows(e: Tensor, mask: Tensor | None) -> Tensor:
+    """``[..., M, 1]``: rows with a NaN among their admissible scores. Alignments that pick or
+    threshold (and so could hide a NaN) give these rows NaN weights, as softmax does."""
+    nan = torch.isnan(e.detach())
+    if mask is not None:
+        nan = nan & mask
+    return nan.any(-1, keepdim=True)
+
+
+def _with_nan_rows(a: Tensor, rows: Tensor) -> Tensor:
+    return torch.where(rows, torch.full_like(a, float("nan")), a)
+
+
 def _fill_masked(e: Tensor, mask: Tensor | None) -> Tensor:
     """Replace masked scores by a finite value below every sparse support.
 
     Sparsemax gives zero weight to scores below ``max - 1`` and 1.5-entmax to scores below
     ``max - 2`` (their thresholds), so any value under that is exactly like an absent key —
-    and, unlike ``-inf``, cannot produce NaN in their sort-based thresholds (entmax#19).
+    and, unlike ``-inf``, cannot produce NaN in their sort-based thresholds (entmax#19). NaN
+    scores are set to 0 here (their rows are made NaN afterwards), since they crash the sort.
     """
+    e = torch.where(torch.isnan(e), torch.zeros_like(e), e)
     if mask is None:
         return e
     mask = mask.expand_as(e)
@@ -131,7 +146,8 @@ class Sparsemax(Align):
 
     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
         a = entmax.sparsemax(_fill_masked(e, mask), dim=-1)
-        return (a if mask is None else a * mask), None
+        a = a if mask is None else a * mask
+        return _with_nan_rows(a, nan_rows(e, mask)), None
 
 
 @ALIGNS.register("entmax15")
@@ -140,7 +156,8 @@ class Entmax15(Align):
 
     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
         a = entmax.entmax15(_fill_masked(e, mask), dim=-1)
-        return (a if mask is None else a * mask), None
+        a = a if mask is None else a * mask
+        return _with_nan_rows(a, nan_rows(e, mask)), None
 
 
 @ALIGNS.register("topk")
@@ -223,7 +240,8 @@ class Hard(_Reinforce):
         self.temperature = temperature
 
     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
-        log_p = masked_log_softmax(e, mask)
+        nan = nan_rows(e, mask)
+        log_p = masked_log_softmax(torch.where(nan, torch.zeros_like(e), e), mask)
         has_key = torch.isfinite(log_p).any(-1, keepdim=True)
         relaxed = None
         if not self.training:
@@ -240,7 +258,7 @@ class Hard(_Reinforce):
         weights = one_hot if relaxed is None else one_hot - relaxed.detach() + relaxed
         log_prob = log_p.gather(-1, choice).squeeze(-1)
         log_prob = torch.where(has_key.squeeze(-1), log_prob, torch.zeros_like(log_prob))
-        return weights, log_prob
+        return _with_nan_rows(weights, nan), _with_nan_rows(log_prob, nan.squeeze(-1))
 
 
 class _Local(Align):
@@ -359,7 +377,7 @@ class Reinforced(_Reinforce):
         kept = torch.where(kept.any(-1, keepdim=True), kept, admissible)
         log_p = torch.where(chosen, F.logsigmoid(logits), F.logsigmoid(-logits))
         log_prob = (log_p * admissible).sum(-1)
-        return masked_softmax(e, kept), log_prob
+        return _with_nan_rows(masked_softmax(e, kept), nan_rows(e, mask)), log_prob
 
 
 def resolve_align(spec: str | Align) -> Align:

@@ -153,10 +153,14 @@ def _check_tensors(q: Tensor, k: Tensor, v: Tensor) -> None:
             )
 
 
-def _check_mask(mask: Tensor, target: tuple[int, ...], three_d: bool) -> Tensor:
-    """Validate ``mask`` against ``target = (B, H, M, N)``; return it 4-D."""
+def _check_mask(
+    mask: Tensor, target: tuple[int, ...], three_d: bool, device: torch.device
+) -> Tensor:
+    """Validate ``mask`` against ``target = (B, H, M, N)`` and ``device``; return it 4-D."""
     if not isinstance(mask, Tensor):
         raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.device != device:
+        raise ValueError(f"mask must be on the device of q ({device}), got {mask.device}")
     if not (mask.dtype == torch.bool or mask.is_floating_point()):
         raise ValueError(
             f"mask must be bool (True = may attend) or floating (added to the scores), "
@@ -229,7 +233,7 @@ def prepare(
 
     allowed, bias = None, None
     if mask is not None:
-        mask = _check_mask(mask, target, three_d).to(q.device)
+        mask = _check_mask(mask, target, three_d, q.device)
         if mask.dtype == torch.bool:
             allowed = mask
         else:

@@ -102,6 +102,8 @@ def attend_rows(
     qf, kf = score_features(call, call.q, k) if features is None else features
     e = call_scores(call, qf[..., q_offset : q_offset + rows, :], kf, q_offset)
     dtype = e.dtype
+    if k.shape[-2] == 0:  # no keys: every row is key-less (zeros; weights [.., 0]; lse -inf)
+        return _keyless(call, e, v.to(dtype))
     # Alignments that read the queries/keys (local-predictive, reinforced) get them in their dtype.
     align_dtype = module_dtype(call.align, dtype)
     q, k = q.to(align_dtype), k.to(align_dtype)
@@ -128,6 +130,27 @@ def attend_rows(
         lse=lse,
         log_prob=log_prob,
         summary=summary,
+    )
+
+
+def _keyless(call: AttentionCall, e: Tensor, v: Tensor) -> AttentionOutput:
+    """The result for zero keys, still connected to ``v`` so autograd sees the inputs."""
+    weights = e.new_zeros(e.shape)
+    context = (
+        torch.einsum("bhmnd,bhnd->bhmd", weights, v)
+        if call.score.value_features is not None
+        else weights @ v
+    )
+    rows = e.shape[:3]
+    lse = e.new_full(rows, float("-inf")) if isinstance(call.align, Softmax) else None
+    log_prob = e.new_zeros(rows) if call.align.stochastic else None
+    weights_4d = weights if weights.dim() == 4 else weights.mean(-1)
+    return AttentionOutput(
+        context=context.to(call.q.dtype),
+        weights=weights.to(call.q.dtype) if call.return_weights else None,
+        lse=lse,
+        log_prob=log_prob,
+        summary=None if call.summary is None else summarize(weights_4d, call.summary),
     )
 
 

@@ -34,5 +34,7 @@ def summarize(weights: Tensor, summary: str) -> Tensor:
         return weights.sum(-2)
     if summary == "entropy":
         return -torch.special.xlogy(weights, weights).sum(-1)
+    if weights.shape[-1] == 0:  # no keys at all: no argmax
+        return torch.full(weights.shape[:-1], -1, dtype=torch.long, device=weights.device)
     has_key = weights.sum(-1) > 0
     return torch.where(has_key, weights.argmax(-1), torch.full_like(has_key, -1, dtype=torch.long))
