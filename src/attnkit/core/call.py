@@ -176,7 +176,9 @@ def _check_mask(
         m in (1, t) for m, t in zip(reversed(shape), reversed(target), strict=False)
     )
     if not fits:
-        raise ValueError(f"mask of shape {given} does not broadcast to the scores' shape {expected}")
+        raise ValueError(
+            f"mask of shape {given} does not broadcast to the scores' shape {expected}"
+        )
     return mask
 
 
