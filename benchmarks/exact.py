@@ -166,14 +166,14 @@ def naive_bytes(spec: dict) -> float:
     per = spec["heads"] * spec["n"] ** 2 * 4
     if spec["score"] == "additive":
         per *= spec.get("d_hidden", D_HIDDEN)
-    return per * (4 if spec["mode"] == "fwd+bwd" else 2)
+    return per * (3 if spec["mode"] == "fwd+bwd" else 2)
 
 
 def time_configs(specs: list[dict], impls: list[str], repeats: int) -> dict:
     fns = {}
     for impl in impls:
         spec = {**specs[0], "impl": impl}
-        if impl == "naive" and naive_bytes(spec) > 12 * 2**30:
+        if impl == "naive" and naive_bytes(spec) > 14 * 2**30:
             continue
         fns[impl] = runner(impl, spec)
     return common.interleaved_medians(fns, repeats)
