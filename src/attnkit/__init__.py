@@ -6,6 +6,7 @@
 See README.md and docs/core.md for the map from the survey's equations to this API.
 """
 
+from attnkit import taxonomy
 from attnkit.core import align, masks, scores
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention, explain
@@ -24,4 +25,5 @@ __all__ = [
     "masks",
     "merge_attention",
     "scores",
+    "taxonomy",
 ]

@@ -65,6 +65,7 @@ class Align(nn.Module):
     stochastic: bool = False
     parametric: bool = False
     registry_name: str = ""
+    taxonomy: dict[str, str] = {}  # its place in the survey's taxonomy (see attnkit.taxonomy)
 
     def forward(
         self,
@@ -106,6 +107,8 @@ ALIGNS: Registry[Align] = Registry("align", Align, "ak.align")
 class Softmax(Align):
     """Soft / global alignment: ``a_l = exp(e_l) / sum_j exp(e_j)`` (eq. 25)."""
 
+    taxonomy = {"alignment": "Global"}
+
     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
         return masked_softmax(e, mask), None
 
@@ -144,6 +147,8 @@ def _fill_masked(e: Tensor, mask: Tensor | None) -> Tensor:
 class Sparsemax(Align):
     """Sparsemax (Martins & Astudillo 2016): Euclidean projection of ``e`` onto the simplex."""
 
+    taxonomy = {"alignment": "Sparse"}
+
     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
         a = entmax.sparsemax(_fill_masked(e, mask), dim=-1)
         a = a if mask is None else a * mask
@@ -154,6 +159,8 @@ class Sparsemax(Align):
 class Entmax15(Align):
     """1.5-entmax (Peters, Niculae & Martins 2019): sparse, between softmax and sparsemax."""
 
+    taxonomy = {"alignment": "Sparse"}
+
     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
         a = entmax.entmax15(_fill_masked(e, mask), dim=-1)
         a = a if mask is None else a * mask
@@ -163,6 +170,8 @@ class Entmax15(Align):
 @ALIGNS.register("topk")
 class TopK(Align):
     """Softmax over the ``k`` highest-scoring admissible keys of each query (others get 0)."""
+
+    taxonomy = {"alignment": "Top-k"}
 
     def __init__(self, k: int = 8) -> None:
         super().__init__()
@@ -222,6 +231,8 @@ class Hard(_Reinforce):
       one-hot, the backward pass is that of the relaxed softmax (Jang et al. 2017).
     """
 
+    taxonomy = {"alignment": "Hard"}
+
     def __init__(
         self,
         estimator: Literal["reinforce", "straight_through"] = "reinforce",
@@ -263,6 +274,8 @@ class Hard(_Reinforce):
 
 class _Local(Align):
     """Softmax inside the window ``[p - D, p + D]`` around a position ``p`` per query (eq. 27)."""
+
+    taxonomy = {"alignment": "Local"}
 
     def __init__(self, window: int) -> None:
         super().__init__()
@@ -355,6 +368,8 @@ class Reinforced(_Reinforce):
         d_hidden: hidden size of the policy network (default ``d_query``).
         baseline_decay: of the moving-average REINFORCE baseline.
     """
+
+    taxonomy = {"alignment": "Reinforced"}
 
     parametric = True
 

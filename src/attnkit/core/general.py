@@ -35,6 +35,8 @@ class GeneralAttention(nn.Module):
         d_output: if given, an output model ``ŷ = softmax(W_c c + b_c)`` with ``d_y = d_output``
             (eq. 5), returned as ``AttentionOutput.output``.
         dropout: dropout on the attention weights, in training mode only.
+        query_type: where its queries come from, in the survey's words (§3.3.1): ``"Basic"``
+            (the model's state, e.g. a decoder's), ``"Specialized"`` or ``"Self-Attentive"``.
 
     Shapes: ``query [B, M, d_q]`` (or ``[B, d_q]`` for one query), ``features [B, N, d_f]``
     → ``context [B, M, d_v]`` (or ``[B, d_v]``).
@@ -60,6 +62,7 @@ class GeneralAttention(nn.Module):
         d_hidden: int | None = None,
         d_output: int | None = None,
         dropout: float = 0.0,
+        query_type: str = "Basic",
     ) -> None:
         super().__init__()
         self.d_query, self.d_feature = d_query, d_feature
@@ -77,6 +80,7 @@ class GeneralAttention(nn.Module):
         self.align = build_align(align, d_query, self.d_key)
         self.output_model = nn.Linear(self.d_value, d_output) if d_output else None
         self.dropout = dropout
+        self.taxonomy = {"query_type": query_type}
 
     def forward(
         self,

@@ -66,7 +66,8 @@ class Score(nn.Module):
     - ``pairwise_is_dot``: ``pairwise`` is ``q'^T k'``, so fused dot-product kernels compute it;
     - ``value_features``: ``None`` for one score per key, ``d_v`` for multi-dimensional scores;
     - ``elements_per_score``: numbers held per score in ``pairwise`` (``d_w`` for the additive
-      score); blockwise backends size their blocks by it.
+      score); blockwise backends size their blocks by it;
+    - ``taxonomy``: its place in the survey's taxonomy (see ``attnkit.taxonomy``).
     """
 
     parametric: bool = False
@@ -75,6 +76,7 @@ class Score(nn.Module):
     value_features: int | None = None
     elements_per_score: int = 1
     registry_name: str = ""
+    taxonomy: dict[str, str] = {}
 
     def check(self, d_query: int, d_key: int, n_keys: int) -> None:
         """Raise ``ValueError`` when this score cannot take queries/keys of these sizes."""
@@ -176,10 +178,18 @@ class Additive(Score):
     def pairwise_parameters(self) -> list[Tensor]:
         return [self.out.weight]
 
+    @property
+    def taxonomy(self) -> dict[str, str]:  # type: ignore[override]
+        if self.value_features is None:
+            return {"scoring": "Additive"}
+        return {"scoring": "Additive", "dimensionality": "Multi-Dimensional"}
+
 
 @SCORES.register("dot", "multiplicative")
 class Dot(Score):
     """Multiplicative (dot-product) score of Luong et al.: ``q^T k_l`` (Table 2)."""
+
+    taxonomy = {"scoring": "Multiplicative"}
 
     same_size = True
     pairwise_is_dot = True
@@ -192,6 +202,8 @@ class ScaledDot(Score):
     ``scale`` replaces ``1/sqrt(d_k)`` when given, as in
     ``torch.nn.functional.scaled_dot_product_attention``.
     """
+
+    taxonomy = {"scoring": "Scaled-Multiplicative"}
 
     same_size = True
     pairwise_is_dot = True
@@ -207,6 +219,8 @@ class General(Score):
     The dot product of the transformed queries ``W q`` with the keys: one projection of the
     queries, then a dot-product score (so it runs on fused dot-product kernels).
     """
+
+    taxonomy = {"scoring": "General"}
 
     parametric = True
     pairwise_is_dot = True
@@ -229,12 +243,16 @@ class General(Score):
 class BiasedGeneral(General):
     """Biased general score of Baziotis et al.: ``k_l^T (W q + b)`` with ``b [d_k]`` (Table 2)."""
 
+    taxonomy = {"scoring": "Biased General"}
+
     bias = True
 
 
 @SCORES.register("activated_general")
 class ActivatedGeneral(Score):
     """Activated general score of Ma et al.: ``act(k_l^T W q + b)`` with scalar ``b`` (Table 2)."""
+
+    taxonomy = {"scoring": "Activated General"}
 
     parametric = True
 
@@ -269,6 +287,8 @@ class Cosine(Score):
         eps: guards the norm of all-zero vectors, whose cosine is taken as 0.
     """
 
+    taxonomy = {"scoring": "Similarity"}
+
     same_size = True
     pairwise_is_dot = True
 
@@ -299,6 +319,8 @@ class Euclidean(Score):
     query's distance to itself in self-attention. The gradient at zero distance is 0.
     """
 
+    taxonomy = {"scoring": "Similarity"}
+
     same_size = True
 
     def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
@@ -315,6 +337,8 @@ class Location(Score):
         d_query: size of the queries.
         max_length: the largest number of keys, the rows of ``W_a [max_length, d_q]``.
     """
+
+    taxonomy = {"scoring": "Location"}
 
     parametric = True
 
