@@ -96,10 +96,6 @@ class Score(nn.Module):
         """
         return qf @ kf.transpose(-2, -1)
 
-    def pairwise_parameters(self) -> list[Tensor]:
-        """Learned tensors that ``pairwise`` itself reads (not ``features``)."""
-        return []
-
     def default_scale(self, d_key: int) -> float | None:
         """The factor applied when ``scale=None`` (``1/sqrt(d_k)`` for the scaled dot product)."""
         return None
@@ -174,9 +170,6 @@ class Additive(Score):
         hidden = self.act(qf.unsqueeze(-2) + kf.unsqueeze(-3))  # [..., m, n, d_w]
         e = hidden @ self.out.weight.T.to(hidden.dtype)  # [..., m, n, 1 or d_v]
         return e.squeeze(-1) if self.value_features is None else e
-
-    def pairwise_parameters(self) -> list[Tensor]:
-        return [self.out.weight]
 
     @property
     def taxonomy(self) -> dict[str, str]:  # type: ignore[override]
@@ -272,9 +265,6 @@ class ActivatedGeneral(Score):
 
     def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
         return self.act(qf @ kf.transpose(-2, -1) + self.bias.to(qf.dtype))
-
-    def pairwise_parameters(self) -> list[Tensor]:
-        return [self.bias]
 
 
 @SCORES.register("cosine")

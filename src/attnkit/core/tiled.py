@@ -73,7 +73,8 @@ class TiledPlan:
     block_q: int
     block_k: int
     seed: int  # dropout stream: block (i, j) draws from seed + i · n_key_blocks + j
-    n_extras: int
+    n_extras: int  # tensors after q, k, v that get gradients: the score's parameters first
+    param_names: list[str]  # names of the score's parameters among them
 
     def scores(self, qf: Tensor, kf: Tensor, q0: int, k0: int) -> Tensor:
         """Scores of a block of features, ``[B, H, bq, bk]`` (masked entries not filled)."""
@@ -189,6 +190,26 @@ def _weights_pass(
     return column_sum
 
 
+class _Run(nn.Module):
+    """Calls a function while ``torch.func.functional_call`` has the score's parameters swapped."""
+
+    def __init__(self, score: nn.Module) -> None:
+        super().__init__()
+        self.score = score
+
+    def forward(self, fn):  # type: ignore[no-untyped-def]
+        return fn()
+
+
+def with_parameters(score: nn.Module, names: list[str], tensors: list[Tensor], fn) -> None:  # type: ignore[no-untyped-def]
+    """Run ``fn`` with ``score``'s parameters ``names`` set to ``tensors``."""
+    if not names:
+        fn()
+        return
+    swapped = {f"score.{name}": t for name, t in zip(names, tensors, strict=False)}
+    torch.func.functional_call(_Run(score), swapped, (fn,))
+
+
 class TiledAttentionFunction(torch.autograd.Function):
     """Forward by online softmax over blocks; backward by recomputation from ``lse``."""
 
@@ -247,40 +268,46 @@ class TiledAttentionFunction(torch.autograd.Function):
         dv = torch.zeros(v.shape, dtype=dtype, device=v.device)
         d_extras = [torch.zeros_like(e) for e in extras]
         analytic = plan.analytic_backward()
-        for i, q0, q1, j, k0, k1, mask in plan.blocks():
-            qb, kb = q[..., q0:q1, :], k[..., k0:k1, :]
-            if analytic:
-                s = plan.scores(qb, kb, q0, k0)
-            else:
-                qb = qb.detach().requires_grad_(True)
-                kb = kb.detach().requires_grad_(True)
-                with torch.enable_grad():
+
+        def accumulate() -> None:
+            for i, q0, q1, j, k0, k1, mask in plan.blocks():
+                qb, kb = q[..., q0:q1, :], k[..., k0:k1, :]
+                if analytic:
                     s = plan.scores(qb, kb, q0, k0)
-            p = _probabilities(s.detach(), mask, lse[..., q0:q1])
-            keep = plan.keep(p.shape, i, j, q.device)
-            ds_row = -row_term[..., q0:q1].unsqueeze(-1)
-            if d_out is not None:
-                dob = d_out[..., q0:q1, :]
-                dp = dob @ vc[..., k0:k1, :].transpose(-2, -1)
-                dp = dp if keep is None else dp * keep
-                dv[..., k0:k1, :] += (p if keep is None else p * keep).transpose(-2, -1) @ dob
-                ds_row = ds_row + dp
-            if d_weights is not None:
-                ds_row = ds_row + d_weights[..., q0:q1, k0:k1]
-            ds = p * ds_row
-            if analytic:
-                scale = plan.dot_scale
-                dq[..., q0:q1, :] += (ds @ kb.to(dtype)) * scale
-                dk[..., k0:k1, :] += (ds.transpose(-2, -1) @ qb.to(dtype)) * scale
-                continue
-            grads = torch.autograd.grad(s, [qb, kb, *extras], ds, allow_unused=True)
-            if grads[0] is not None:
-                dq[..., q0:q1, :] += grads[0]
-            if grads[1] is not None:
-                dk[..., k0:k1, :] += grads[1]
-            for acc, g in zip(d_extras, grads[2:], strict=True):
-                if g is not None:
-                    acc += g
+                else:
+                    qb = qb.detach().requires_grad_(True)
+                    kb = kb.detach().requires_grad_(True)
+                    with torch.enable_grad():
+                        s = plan.scores(qb, kb, q0, k0)
+                p = _probabilities(s.detach(), mask, lse[..., q0:q1])
+                keep = plan.keep(p.shape, i, j, q.device)
+                ds_row = -row_term[..., q0:q1].unsqueeze(-1)
+                if d_out is not None:
+                    dob = d_out[..., q0:q1, :]
+                    dp = dob @ vc[..., k0:k1, :].transpose(-2, -1)
+                    dp = dp if keep is None else dp * keep
+                    dv[..., k0:k1, :] += (p if keep is None else p * keep).transpose(-2, -1) @ dob
+                    ds_row = ds_row + dp
+                if d_weights is not None:
+                    ds_row = ds_row + d_weights[..., q0:q1, k0:k1]
+                ds = p * ds_row
+                if analytic:
+                    scale = plan.dot_scale
+                    dq[..., q0:q1, :] += (ds @ kb.to(dtype)) * scale
+                    dk[..., k0:k1, :] += (ds.transpose(-2, -1) @ qb.to(dtype)) * scale
+                    continue
+                grads = torch.autograd.grad(s, [qb, kb, *extras], ds, allow_unused=True)
+                if grads[0] is not None:
+                    dq[..., q0:q1, :] += grads[0]
+                if grads[1] is not None:
+                    dk[..., k0:k1, :] += grads[1]
+                for acc, g in zip(d_extras, grads[2:], strict=True):
+                    if g is not None:
+                        acc += g
+
+        # Recompute with the parameters saved in forward, not whatever the module holds now (they
+        # differ under torch.func.functional_call, and parametrizations rebuild their weights).
+        with_parameters(plan.call.score, plan.param_names, extras, accumulate)
         return (None, None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), *d_extras)
 
 
@@ -293,7 +320,8 @@ def tiled_attention(call: AttentionCall) -> AttentionOutput:
     if call.score.pairwise_is_dot:
         factor = call.score.resolve_scale(call.scale, call.k.shape[-1])
         dot_scale = 1.0 if factor is None else factor
-    extras = [p for p in call.score.pairwise_parameters() if p.requires_grad]
+    named = [(name, p) for name, p in call.score.named_parameters() if p.requires_grad]
+    extras = [p for _, p in named]
     cost = call.score.elements_per_score
     if call.bias is not None and call.bias.requires_grad:
         extras.append(call.bias)
@@ -306,7 +334,7 @@ def tiled_attention(call: AttentionCall) -> AttentionOutput:
         block_k = max(n, 1)
         block_q = max(1, min(m, BLOCK_BUDGET // max(1, b * h * n * cost)))
     seed = int(torch.randint(0, 2**62, (1,))) if call.dropout > 0 else 0
-    plan = TiledPlan(call, dot_scale, block_q, block_k, seed, len(extras))
+    plan = TiledPlan(call, dot_scale, block_q, block_k, seed, len(extras), [n for n, _ in named])
     context, lse, weights, summary = TiledAttentionFunction.apply(
         plan, call.return_weights, q, k, call.v, *extras
     )
