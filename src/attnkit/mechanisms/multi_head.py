@@ -1,0 +1,588 @@
+"""Multi-head attention (survey §3.3.2, eq. 38-40): a drop-in for ``torch.nn.MultiheadAttention``.
+
+Each head ``j`` projects the queries and the feature vectors with its own weights (eq. 38), attends
+with any score and alignment (eq. 39), and the heads' contexts are concatenated and projected by
+``W_O`` (eq. 40). Rows are vectors, so the survey's ``q^(j) = W_q^(j) q`` is ``q W_q^(j)T`` here:
+
+    q^(j) = q W_q^(j)T,   K^(j) = F W_K^(j)T,   V^(j) = F W_V^(j)T      (38)
+    c^(j) = Σ_l a_l^(j) v_l^(j)                                      (39)
+    c     = concat(c^(1), …, c^(d)) W_O^T                             (40)
+
+Parameters and call conventions are torch's, so ``load_state_dict(torch_mha.state_dict())`` and
+existing call sites work unchanged; the attention of all heads is one :func:`attnkit.attention`
+call, so the engine picks its fastest exact path (SDPA, tiled online softmax, chunked).
+
+Einsum letters / shapes: N batch, H query heads, G key/value heads, L queries, S keys,
+E embed_dim, d_k / d_v per-head key and value sizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.core.align import Align, Softmax, build_align
+from attnkit.core.call import AttentionOutput
+from attnkit.core.engine import attention
+from attnkit.core.masks import causal as causal_mask
+from attnkit.core.scores import ScaledDot, Score, build_score
+from attnkit.taxonomy import QueryType
+
+#: ``fn(q, k, v, *, score, align, mask, causal, dropout, return_weights) -> AttentionOutput`` with
+#: ``q [N, H, L, d_k]``, ``k [N, G, S, d_k]``, ``v [N, G, S, d_v]`` (the signature of
+#: :func:`attnkit.attention`).
+AttentionKind = Callable[..., AttentionOutput]
+
+#: the attention kinds ``MultiHeadAttention(attention=...)`` can run; efficient (approximate)
+#: kinds are added with :func:`register_attention_kind`.
+ATTENTION_KINDS: dict[str, AttentionKind] = {"exact": attention}
+
+
+def register_attention_kind(name: str, fn: AttentionKind) -> None:
+    """Make ``MultiHeadAttention(attention=name)`` run ``fn`` (see :data:`AttentionKind`)."""
+    if name in ATTENTION_KINDS:
+        raise ValueError(f"attention kind {name!r} is already registered")
+    ATTENTION_KINDS[name] = fn
+
+
+def _attention_kind(name: str) -> AttentionKind:
+    if not isinstance(name, str) or name not in ATTENTION_KINDS:
+        valid = ", ".join(repr(k) for k in ATTENTION_KINDS)
+        raise ValueError(f"unknown attention kind {name!r}; expected one of: {valid}")
+    return ATTENTION_KINDS[name]
+
+
+class HeadwiseScore(Score):
+    """One score function per head: head ``j`` is scored by ``scores[j]`` (eq. 38-39).
+
+    Lets heads own their score parameters (each head is its own attention module in the survey's
+    Fig. 9) or use different score functions, while all heads still run as one engine call. Each
+    head's own scale (``1/sqrt(d_k)`` of the scaled dot product) is applied inside: folded into
+    the query features when that head's pairwise part is a dot product (so fused dot-product
+    kernels still apply when every head's is), else multiplied into its scores.
+
+    Args:
+        scores: one :class:`~attnkit.core.scores.Score` per head; their features must have one
+            size, and all give one score per key or all the same ``value_features``.
+        d_key: the per-head key size the scales are computed for.
+
+    Shapes: ``q [B, H, M, d_q]``, ``k [B, H, N, d_key]`` (4-D: dim 1 is the head) →
+    ``e [B, H, M, N]`` (``[B, H, M, N, d_v]`` multi-dimensional).
+    """
+
+    def __init__(self, scores: Sequence[Score], d_key: int) -> None:
+        super().__init__()
+        if len(scores) == 0:
+            raise ValueError("HeadwiseScore needs at least one score")
+        self.heads = nn.ModuleList(scores)
+        kinds = {s.value_features for s in scores}
+        if len(kinds) != 1:
+            raise ValueError(
+                "the heads' scores must all give one score per key or all the same number of "
+                f"value features, got value_features {sorted(kinds, key=str)}"
+            )
+        self.value_features = kinds.pop()
+        self.d_key = d_key
+        self.scales = [s.default_scale(d_key) for s in scores]
+        self.parametric = any(s.parametric for s in scores)
+        self.pairwise_is_dot = all(s.pairwise_is_dot for s in scores)
+        self.elements_per_score = max(s.elements_per_score for s in scores)
+        names = dict.fromkeys(s.registry_name for s in scores)  # unique, in head order
+        self.registry_name = "per-head(" + ", ".join(names) + ")"
+
+    @property
+    def _scores(self) -> list[Score]:
+        return [cast(Score, s) for s in self.heads]
+
+    def check(self, d_query: int, d_key: int, n_keys: int) -> None:
+        if d_key != self.d_key:
+            raise ValueError(f"per-head score was built for d_k={self.d_key}, got d_k={d_key}")
+        for s in self._scores:
+            s.check(d_query, d_key, n_keys)
+
+    def _check_heads(self, t: Tensor, what: str) -> None:
+        if t.dim() != 4 or t.shape[1] != len(self.heads):
+            raise ValueError(
+                f"a per-head score of {len(self.heads)} heads needs {what} "
+                f"[B, {len(self.heads)}, L, d], got {tuple(t.shape)}"
+            )
+
+    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        self._check_heads(q, "queries")
+        self._check_heads(k, "keys")
+        qs, ks = [], []
+        for j, score in enumerate(self._scores):
+            qf, kf = score.features(q[:, j : j + 1], k[:, j : j + 1])
+            factor = self.scales[j]
+            if score.pairwise_is_dot and factor is not None:
+                qf = qf * factor  # (s q')·k' = s (q'·k'): the scale rides on the query
+            qs.append(qf)
+            ks.append(kf)
+        if len({f.shape[-1] for f in qs}) > 1 or len({f.shape[-1] for f in ks}) > 1:
+            raise ValueError(
+                "the heads' scores must give features of one size, got query features "
+                f"{[f.shape[-1] for f in qs]} and key features {[f.shape[-1] for f in ks]}"
+            )
+        return torch.cat(qs, 1), torch.cat(ks, 1)
+
+    def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
+        parts = []
+        for j, score in enumerate(self._scores):
+            e = score.pairwise(qf[:, j : j + 1], kf[:, j : j + 1], kv_offset)
+            factor = self.scales[j]
+            if not score.pairwise_is_dot and factor is not None:
+                e = e * factor
+            parts.append(e)
+        return torch.cat(parts, 1)
+
+
+def build_head_scores(spec: object, num_heads: int, d_key: int) -> Score:
+    """The score of a multi-head module whose heads see queries and keys of size ``d_key``.
+
+    A non-parametric name gives one shared object; a parametric name (``"additive"``,
+    ``"general"``, …) one score per head, each with its own parameters; a ``Score`` object is
+    shared by all heads as given; a sequence of ``num_heads`` names/objects gives one per head.
+    """
+    if isinstance(spec, (str, Score)):
+        score = build_score(spec, d_key, d_key)
+        if isinstance(spec, str) and score.parametric:
+            others = [build_score(spec, d_key, d_key) for _ in range(1, num_heads)]
+            return HeadwiseScore([score, *others], d_key)
+        return score
+    if isinstance(spec, Sequence):
+        if len(spec) != num_heads:
+            raise ValueError(
+                f"a score per head needs num_heads={num_heads} scores, got {len(spec)}"
+            )
+        return HeadwiseScore([build_score(s, d_key, d_key) for s in spec], d_key)
+    raise TypeError(
+        "score must be a name, an ak.scores.Score, or a sequence of one per head, "
+        f"got {type(spec).__name__}"
+    )
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with any score (per head) and alignment (survey eq. 38-40).
+
+    A drop-in for ``torch.nn.MultiheadAttention``: the same constructor arguments (and defaults,
+    including ``batch_first=False``), parameter names and shapes, and ``forward`` conventions
+    (torch's masks: ``True`` = NOT allowed), so ``load_state_dict(torch_mha.state_dict())`` works
+    in every configuration torch supports and gives the same outputs and weights. Differences, by
+    design: a query whose keys are all masked gets a zero context (so its output is
+    ``out_proj.bias``) and zero weights, never NaN (torch: pytorch/pytorch#41508); ``is_causal``
+    without ``attn_mask`` applies a bottom-right causal mask (torch raises); returned weights are
+    before dropout.
+
+    Args:
+        embed_dim: ``E``, size of the queries and of the output.
+        num_heads: ``H``, number of query heads ``d`` of eq. (38).
+        dropout: dropout on the attention weights, in training mode only.
+        bias: biases of the input projections (``in_proj_bias``) and ``out_proj``.
+        add_bias_kv: learn ``bias_k``, ``bias_v`` appended to the projected keys/values as one
+            extra key (torch's).
+        add_zero_attn: append a zero key and value to every head (torch's).
+        kdim: size of the keys before projection (default ``E``).
+        vdim: size of the values before projection (default ``E``).
+        batch_first: inputs/outputs ``[N, L, E]`` instead of ``[L, N, E]``.
+        device, dtype: of the parameters.
+        num_kv_heads: ``G``, key/value heads (grouped-query attention; 1 = multi-query); each
+            serves ``H / G`` query heads. Default ``H``.
+        score: a score name or object, or one per head (see :func:`build_head_scores`);
+            parametric names are built with the per-head sizes ``(d_k, d_k)``.
+        align: an alignment name or object, shared by the heads, built with ``(d_k, d_k)``.
+        head_dim_k: ``d_k``, query/key size per head (default ``E // H``).
+        head_dim_v: ``d_v``, value size per head (default ``E // H``).
+        attention: the attention kind (see :data:`ATTENTION_KINDS`); only ``"exact"`` for now.
+        query_type: where the queries come from, in the survey's words (§3.3.1), for the
+            taxonomy: ``"Self-Attentive"`` (default), ``"Basic"`` or ``"Specialized"``.
+
+    Parameters: with ``kdim == vdim == E`` and default head sizes and ``G == H``, the packed
+    ``in_proj_weight [3E, E]`` (rows: ``W_q``, ``W_K``, ``W_V`` of all heads, head ``j`` at rows
+    ``j·d_k … (j+1)·d_k`` of each); otherwise ``q_proj_weight [H·d_k, E]``, ``k_proj_weight
+    [G·d_k, kdim]``, ``v_proj_weight [G·d_v, vdim]``. ``in_proj_bias`` is always packed
+    ``[H·d_k + G·d_k + G·d_v]``; ``out_proj`` is ``W_O``, an ``nn.Linear(H·d_v, E)``.
+
+    Example::
+
+        >>> import torch
+        >>> from attnkit.mechanisms.multi_head import MultiHeadAttention
+        >>> mha = MultiHeadAttention(64, 8, batch_first=True, num_kv_heads=2, score="additive")
+        >>> x = torch.randn(2, 10, 64)
+        >>> out, weights = mha(x, x, x, need_weights=True)
+        >>> out.shape, weights.shape
+        (torch.Size([2, 10, 64]), torch.Size([2, 10, 10]))
+    """
+
+    in_proj_weight: nn.Parameter | None
+    q_proj_weight: nn.Parameter | None
+    k_proj_weight: nn.Parameter | None
+    v_proj_weight: nn.Parameter | None
+    in_proj_bias: nn.Parameter | None
+    bias_k: nn.Parameter | None
+    bias_v: nn.Parameter | None
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        num_kv_heads: int | None = None,
+        score: str | Score | Sequence[str | Score] = "scaled_dot",
+        align: str | Align = "softmax",
+        head_dim_k: int | None = None,
+        head_dim_v: int | None = None,
+        attention: str = "exact",
+        query_type: str = "Self-Attentive",
+    ) -> None:
+        super().__init__()
+        if embed_dim <= 0 or num_heads <= 0:
+            raise ValueError(
+                f"embed_dim and num_heads must be > 0, got embed_dim={embed_dim}, "
+                f"num_heads={num_heads}"
+            )
+        if (head_dim_k is None or head_dim_v is None) and embed_dim % num_heads:
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads}) unless "
+                "head_dim_k and head_dim_v are given"
+            )
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads ({num_kv_heads}) must be > 0 and divide num_heads ({num_heads})"
+            )
+        if not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be a probability in [0, 1), got {dropout}")
+        try:
+            QueryType(query_type)
+        except ValueError:
+            valid = ", ".join(repr(t.value) for t in QueryType)
+            raise ValueError(
+                f"unknown query_type {query_type!r}; expected one of: {valid}"
+            ) from None
+        self._attend = _attention_kind(attention)
+        self.attention = attention
+        self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self.head_dim_k = embed_dim // num_heads if head_dim_k is None else head_dim_k
+        self.head_dim_v = embed_dim // num_heads if head_dim_v is None else head_dim_v
+        self.head_dim = self.head_dim_k  # torch's name: the size the scores are scaled by
+        self.dropout, self.batch_first, self.add_zero_attn = dropout, batch_first, add_zero_attn
+        self.taxonomy = {"query_multiplicity": "Multi-Head", "query_type": query_type}
+
+        def empty(*shape: int) -> nn.Parameter:
+            return nn.Parameter(torch.empty(*shape, device=device, dtype=dtype))
+
+        q_size = num_heads * self.head_dim_k
+        k_size, v_size = num_kv_heads * self.head_dim_k, num_kv_heads * self.head_dim_v
+        self._sizes = (q_size, k_size, v_size)
+        # torch's packed layout holds [3E, E]; other shapes (GQA, own head sizes) cannot fit it.
+        self.packed = self.kdim == self.vdim == embed_dim == q_size == k_size == v_size
+        if self.packed:
+            self.in_proj_weight = empty(3 * embed_dim, embed_dim)
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = empty(q_size, embed_dim)
+            self.k_proj_weight = empty(k_size, self.kdim)
+            self.v_proj_weight = empty(v_size, self.vdim)
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = empty(q_size + k_size + v_size)
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = nn.Linear(
+            num_heads * self.head_dim_v, embed_dim, bias=bias, device=device, dtype=dtype
+        )
+        if add_bias_kv:
+            self.bias_k, self.bias_v = empty(1, 1, k_size), empty(1, 1, v_size)
+        else:
+            self.register_parameter("bias_k", None)
+            self.register_parameter("bias_v", None)
+
+        self.score = build_head_scores(score, num_heads, self.head_dim_k)
+        self.align = build_align(align, self.head_dim_k, self.head_dim_k)
+        for built, spec in ((self.score, score), (self.align, align)):
+            if not isinstance(spec, nn.Module):  # objects stay where the user put them
+                built.to(device=device, dtype=dtype)
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        """torch's initialisation: Xavier-uniform projections, zero biases, Xavier-normal
+        ``bias_k``/``bias_v`` (``out_proj.weight`` keeps ``nn.Linear``'s)."""
+        for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if w is not None:  # the packed matrix as a whole, as torch does
+                nn.init.xavier_uniform_(w)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+            nn.init.zeros_(self.out_proj.bias)
+        for b in (self.bias_k, self.bias_v):
+            if b is not None:
+                nn.init.xavier_normal_(b)
+
+    @property
+    def _qkv_same_embed_dim(self) -> bool:
+        """torch's flag, read by ``nn.TransformerEncoderLayer``: when True, its eval fast path
+        runs torch's fused kernel on ``in_proj_weight`` instead of calling this module. So it is
+        True only when that kernel computes what this module computes (packed, scaled dot
+        product, softmax, exact)."""
+        return (
+            self.packed
+            and type(self.score) is ScaledDot
+            and type(self.align) is Softmax
+            and self.attention == "exact"
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+            f"num_kv_heads={self.num_kv_heads}, head_dim_k={self.head_dim_k}, "
+            f"head_dim_v={self.head_dim_v}, kdim={self.kdim}, vdim={self.vdim}, "
+            f"dropout={self.dropout}, batch_first={self.batch_first}, "
+            f"add_zero_attn={self.add_zero_attn}, attention={self.attention!r}"
+        )
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Eq. (38) for all heads at once: ``[N, L, H·d_k]``, ``[N, S, G·d_k]``, ``[N, S, G·d_v]``."""
+        q_size, k_size, v_size = self._sizes
+        b = self.in_proj_bias
+        b_q, b_k, b_v = (None,) * 3 if b is None else b.split(self._sizes)
+        w = self.in_proj_weight
+        if w is None:
+            w_q, w_k, w_v = (
+                cast(Tensor, t)
+                for t in (self.q_proj_weight, self.k_proj_weight, self.v_proj_weight)
+            )
+            return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        if query is key and key is value:  # self-attention: one matrix product, as torch does
+            q, k, v = F.linear(query, w, b).split(self._sizes, dim=-1)
+            return q, k, v
+        w_q, w_k, w_v = w.split(self._sizes)
+        if key is value:
+            k, v = F.linear(key, w[q_size:], None if b is None else b[q_size:]).split(
+                (k_size, v_size), dim=-1
+            )
+            return F.linear(query, w_q, b_q), k, v
+        return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = True,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend ``key``/``value`` with ``query`` in every head and combine (eq. 38-40).
+
+        Args:
+            query: ``[L, N, E]`` (``[N, L, E]`` with ``batch_first``) or unbatched ``[L, E]``.
+            key: ``[S, N, kdim]`` (``[N, S, kdim]``) or ``[S, kdim]``.
+            value: ``[S, N, vdim]`` (``[N, S, vdim]``) or ``[S, vdim]``.
+            key_padding_mask: ``[N, S]`` (``[S]`` unbatched); bool with ``True`` = padding,
+                IGNORED (torch's convention, the opposite of attnkit's), or float, added to the
+                scores (``-inf`` removes a key).
+            need_weights: also return the attention weights.
+            attn_mask: ``[L, S]`` or ``[N·H, L, S]`` (``[H, L, S]`` unbatched); bool with
+                ``True`` = NOT allowed (torch's), or float, added to the scores.
+            average_attn_weights: return the weights averaged over heads ``[N, L, S]``, else
+                per head ``[N, H, L, S]``.
+            is_causal: a hint that ``attn_mask`` is the causal mask (the mask is applied as
+                given); without ``attn_mask``, a causal mask (bottom-right: query ``i`` sees keys
+                ``j <= i + S - L``, top-left = bottom-right when ``L == S``).
+
+        Returns:
+            ``(attn_output, attn_weights)``: ``attn_output`` shaped like ``query`` with ``E``
+            features (eq. 40); ``attn_weights`` as above (``S`` counts ``bias_k`` and the zero
+            key when enabled; without the ``N`` axis unbatched), or ``None`` if not
+            ``need_weights``.
+        """
+        query, key, value, batched = self._batch_first(query, key, value)
+        n, length, _ = query.shape
+        src = key.shape[1]
+        allowed, bias = self._masks(key_padding_mask, attn_mask, n, length, src, query, batched)
+        causal = bool(is_causal) and attn_mask is None
+        extra = int(self.bias_k is not None) + int(self.add_zero_attn)
+        if causal and extra:  # the appended keys stay visible to every query, as torch's padding
+            tri = causal_mask(length, src, query.device)
+            allowed = tri if allowed is None else allowed & tri
+            causal = False
+
+        q, k, v = self._project(query, key, value)  # eq. (38)
+        if self.bias_k is not None and self.bias_v is not None:
+            k = torch.cat([k, self.bias_k.expand(n, 1, -1)], 1)
+            v = torch.cat([v, self.bias_v.expand(n, 1, -1)], 1)
+        q = q.unflatten(-1, (self.num_heads, self.head_dim_k)).transpose(1, 2)  # [N, H, L, d_k]
+        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim_k)).transpose(1, 2)  # [N, G, S, d_k]
+        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim_v)).transpose(1, 2)  # [N, G, S, d_v]
+        if self.add_zero_attn:
+            k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], 2)
+            v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], 2)
+
+        out = self._attend(  # eq. (39), every head at once
+            q,
+            k,
+            v,
+            score=self.score,
+            align=self.align,
+            mask=_engine_mask(allowed, bias, extra),
+            causal=causal,
+            dropout=self.dropout if self.training else 0.0,
+            return_weights=need_weights,
+        )
+        context = out.context  # [N, H, L, d_v]
+        if self.batch_first or not batched:
+            context = context.transpose(1, 2).flatten(2)  # concat over heads: [N, L, H·d_v]
+        else:
+            context = context.permute(2, 0, 1, 3).flatten(2)  # [L, N, H·d_v], torch's layout
+        output = self.out_proj(context)  # eq. (40)
+        weights = out.weights if need_weights else None
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(1)
+        if not batched:
+            output = output.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
+        return output, weights
+
+    def _batch_first(
+        self, query: Tensor, key: Tensor, value: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, bool]:
+        """Check the inputs and return them ``[N, L, ·]``, plus whether they were batched."""
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if query.dim() not in (2, 3) or key.dim() != query.dim() or value.dim() != query.dim():
+            raise ValueError(
+                "query, key, value must all be 3-D (batched) or all 2-D (unbatched), got shapes "
+                f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+            )
+        for name, t, size in (
+            ("query", query, self.embed_dim),
+            ("key", key, self.kdim),
+            ("value", value, self.vdim),
+        ):
+            if t.shape[-1] != size:
+                raise ValueError(
+                    f"{name} must have {size} features (last dim), got shape {tuple(t.shape)}"
+                )
+        batched = query.dim() == 3
+        given = f"{tuple(query.shape)}, {tuple(key.shape)}, {tuple(value.shape)}"
+        if not batched:
+            query, key, value = _reshaped(lambda x: x.unsqueeze(0), query, key, value)
+        elif not self.batch_first:
+            query, key, value = _reshaped(lambda x: x.transpose(0, 1), query, key, value)
+        if not (query.shape[0] == key.shape[0] == value.shape[0]) or key.shape[1] != value.shape[1]:
+            layout = "[L, E]" if not batched else "[N, L, E]" if self.batch_first else "[L, N, E]"
+            raise ValueError(
+                f"query, key, value (each {layout}) must share the batch size, and key and value "
+                f"the length, got {given}"
+            )
+        return query, key, value, batched
+
+    def _masks(
+        self,
+        key_padding_mask: Tensor | None,
+        attn_mask: Tensor | None,
+        n: int,
+        length: int,
+        src: int,
+        query: Tensor,
+        batched: bool,
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """torch's masks as ``(allowed, bias)``, 4-D, broadcastable to ``[N, H, L, S]``:
+        ``allowed`` bool (True = may attend), ``bias`` float (added to the scores)."""
+        allowed, bias = None, None
+        h = self.num_heads
+        if key_padding_mask is not None:
+            expected = (n, src) if batched else (src,)
+            m = _check_torch_mask("key_padding_mask", key_padding_mask, [expected], query)
+            a, b = _split_torch_mask(m.reshape(n, 1, 1, src), query.dtype)
+            allowed, bias = _and(allowed, a), _add(bias, b)
+        if attn_mask is not None:
+            heads = (n * h, length, src) if batched else (h, length, src)
+            m = _check_torch_mask("attn_mask", attn_mask, [(length, src), heads], query)
+            m = m.reshape(1, 1, length, src) if m.dim() == 2 else m.reshape(n, h, length, src)
+            a, b = _split_torch_mask(m, query.dtype)
+            allowed, bias = _and(allowed, a), _add(bias, b)
+        return allowed, bias
+
+
+def _reshaped(
+    fn: Callable[[Tensor], Tensor], query: Tensor, key: Tensor, value: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``fn`` of each input; inputs that were one object stay one object, so self-attention
+    (``query is key is value``) is still recognised for the one-product projection."""
+    q = fn(query)
+    k = q if key is query else fn(key)
+    v = k if value is key else q if value is query else fn(value)
+    return q, k, v
+
+
+def _check_torch_mask(
+    name: str, mask: Tensor, shapes: list[tuple[int, ...]], query: Tensor
+) -> Tensor:
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if not (mask.dtype == torch.bool or mask.is_floating_point()):
+        raise TypeError(
+            f"{name} must be bool (True = ignore, torch's convention) or floating (added to the "
+            f"scores), got dtype {mask.dtype}"
+        )
+    if tuple(mask.shape) not in shapes:
+        expected = " or ".join(str(s) for s in shapes)
+        raise ValueError(f"{name} must have shape {expected}, got {tuple(mask.shape)}")
+    if mask.device != query.device:
+        raise ValueError(
+            f"{name} must be on the device of query ({query.device}), got {mask.device}"
+        )
+    return mask
+
+
+def _split_torch_mask(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
+    """A torch-convention mask as ``(allowed, bias)``: bool True = ignore becomes allowed =
+    False; a float mask is a bias."""
+    if mask.dtype == torch.bool:
+        return ~mask, None
+    return None, mask.to(dtype)
+
+
+def _and(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    if a is None:
+        return b
+    return a if b is None else a & b
+
+
+def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+def _engine_mask(allowed: Tensor | None, bias: Tensor | None, extra: int) -> Tensor | None:
+    """One mask for :func:`attnkit.attention` (bool, or float with ``-inf`` for removed keys),
+    with ``extra`` admissible keys appended (``bias_k`` and the zero key, as torch pads)."""
+    if extra:
+        allowed = None if allowed is None else F.pad(allowed, (0, extra), value=True)
+        bias = None if bias is None else F.pad(bias, (0, extra), value=0.0)
+    if bias is None:
+        return allowed
+    if allowed is None:
+        return bias
+    return torch.where(allowed, bias, float("-inf"))  # broadcasts both: [N,1,1,S] with [1,1,L,S]
