@@ -6,23 +6,26 @@
 See README.md and docs/core.md for the map from the survey's equations to this API.
 """
 
-from attnkit import taxonomy
+from attnkit import mechanisms, taxonomy
 from attnkit.core import align, masks, scores
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention, explain
 from attnkit.core.general import GeneralAttention
 from attnkit.core.merge import merge_attention
+from attnkit.mechanisms.multi_head import MultiHeadAttention
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AttentionOutput",
     "GeneralAttention",
+    "MultiHeadAttention",
     "__version__",
     "align",
     "attention",
     "explain",
     "masks",
+    "mechanisms",
     "merge_attention",
     "scores",
     "taxonomy",

@@ -159,3 +159,13 @@ def padding(lengths: Tensor | Sequence[int], n: int) -> Tensor:
     if (lengths < 0).any() or (lengths > n).any():
         raise ValueError(f"lengths must lie in [0, {n}], got {lengths.tolist()}")
     return (torch.arange(n, device=lengths.device) < lengths[:, None]).view(-1, 1, 1, n)
+
+
+def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
+    """Mean of the real rows of ``x [..., N, d]`` → ``[..., d]`` (``mask [..., N]``, True = real);
+    zeros for a set with no real row, never NaN. Padded rows get no gradient, whatever they hold
+    (``where``, not a multiplication)."""
+    if mask is None:
+        return x.mean(-2) if x.shape[-2] else x.sum(-2)
+    total = torch.where(mask.unsqueeze(-1), x, torch.zeros_like(x)).sum(-2)
+    return total / mask.sum(-1, keepdim=True).clamp_min(1).to(x.dtype)

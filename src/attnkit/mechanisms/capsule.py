@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from attnkit.core.align import Align, build_align
 from attnkit.core.engine import attention
+from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Score, build_score
 
 
@@ -170,18 +171,10 @@ class CapsuleAttention(nn.Module):
             context=context,
             probabilities=probabilities,
             reconstructions=reconstructions,
-            feature_mean=_masked_mean(features, mask),
+            feature_mean=masked_mean(features, mask),
             weights=out.weights,
             log_prob=out.log_prob,
         )
-
-
-def _masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Mean of the real rows of ``x [B, N, d]`` → ``[B, d]``; zeros when there is none."""
-    if mask is None:
-        return x.mean(dim=-2) if x.shape[-2] > 0 else x.sum(dim=-2)
-    weights = mask.to(x.dtype).unsqueeze(-1)
-    return (x * weights).sum(dim=-2) / weights.sum(dim=-2).clamp(min=1.0)
 
 
 def capsule_loss(

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from attnkit.core.align import Align, build_align
 from attnkit.core.engine import attention
+from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Activation, Additive, Score, build_score, resolve_activation
 
 ScoreSpec = str | Score
@@ -85,15 +86,6 @@ def _check_mask(name: str, mask: object, features: Tensor) -> Tensor | None:
             f"{name} must have shape [B, N] = {tuple(features.shape[:2])}, got {tuple(mask.shape)}"
         )
     return mask
-
-
-def _masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Mean over the real elements of ``x [B, N, d]`` → ``[B, d]``; zeros for an empty set."""
-    if mask is None:
-        return x.mean(1) if x.shape[1] else x.new_zeros(x.shape[0], x.shape[2])
-    # where, not multiply: padded entries then get no gradient even if they are huge
-    total = torch.where(mask.unsqueeze(-1), x, torch.zeros_like(x)).sum(1)
-    return total / mask.sum(1, keepdim=True).clamp_min(1).to(x.dtype)
 
 
 def _attend(
@@ -314,7 +306,7 @@ class InteractiveCoAttention(_CoarseGrained):
 
     def _co_attend(self, k: Pair, v: Pair, m: Masks, want_weights: bool) -> CoAttentionOutput:
         (k1, k2), (v1, v2), (m1, m2) = k, v, m
-        mean1, mean2 = _masked_mean(k1, m1), _masked_mean(k2, m2)  # eq. (10)
+        mean1, mean2 = masked_mean(k1, m1), masked_mean(k2, m2)  # eq. (10)
         c1, a1, lp1 = _attend(mean2, k1, v1, self.score1, self.align1, m1, want_weights)
         c2, a2, lp2 = _attend(mean1, k2, v2, self.score2, self.align2, m2, want_weights)
         return CoAttentionOutput(

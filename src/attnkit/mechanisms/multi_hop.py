@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from attnkit.core.align import Align, build_align
 from attnkit.core.engine import attention
+from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Activation, Score, build_score, resolve_activation
 
 TransformSource = Literal["query", "context", "concat"]
@@ -65,16 +66,6 @@ def _check_set(name: str, x: Tensor, d: int, mask: Tensor | None, what: str) -> 
         raise ValueError(
             f"{name} expects a {what} mask [B, N] = {tuple(x.shape[:2])}, got {tuple(mask.shape)}"
         )
-
-
-def _masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Unweighted mean of the real rows of ``x [B, N, d]`` → ``[B, d]``; zeros for a set with no
-    real row (never NaN)."""
-    if mask is None:
-        return x.mean(dim=-2) if x.shape[-2] > 0 else x.sum(dim=-2)
-    weights = mask.to(x.dtype).unsqueeze(-1)  # [B, N, 1]
-    count = weights.sum(dim=-2).clamp(min=1.0)  # [B, 1]
-    return (x * weights).sum(dim=-2) / count
 
 
 class LinearQueryTransform(nn.Module):
@@ -322,7 +313,7 @@ class MultiHopAttention(nn.Module):
         if query is None:
             if query_features is None:
                 raise ValueError(f"{name} needs a query [B, (M,) d_q] or query_features")
-            query = _masked_mean(query_features, query_mask)  # q^(0) of [85]
+            query = masked_mean(query_features, query_mask)  # q^(0) of [85]
         if query.dim() not in (2, 3) or query.shape[-1] != self.d_query:
             raise ValueError(
                 f"{name} expects query [B, d_q={self.d_query}] or [B, M, d_q], "
@@ -336,7 +327,7 @@ class MultiHopAttention(nn.Module):
         single = query.dim() == 2
         q = query.unsqueeze(1) if single else query  # [B, M, d_q]
         keys, values = self.key_proj(features), self.value_proj(features)  # eq. (1)
-        initial_context = _masked_mean(values, mask)  # c^(0) [B, d_v]
+        initial_context = masked_mean(values, mask)  # c^(0) [B, d_v]
         c = initial_context.unsqueeze(1).expand(-1, q.shape[1], -1)  # [B, M, d_v]
         key_mask = None if mask is None else mask.unsqueeze(1)  # [B, 1, N]
         dropout = self.dropout if self.training else 0.0

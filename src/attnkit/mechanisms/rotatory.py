@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from attnkit.core.align import Align, build_align
 from attnkit.core.engine import attention
+from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Score, build_score
 
 ScoreSpec = str | Score
@@ -90,14 +91,6 @@ def _check_mask(name: str, mask: object, features: Tensor) -> Tensor | None:
             f"{name} must have shape [B, N] = {tuple(features.shape[:2])}, got {tuple(mask.shape)}"
         )
     return mask
-
-
-def _masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
-    """Mean over the real words of ``x [B, N, d]`` → ``[B, d]``; zeros for an empty set."""
-    if mask is None:
-        return x.mean(1) if x.shape[1] else x.new_zeros(x.shape[0], x.shape[2])
-    total = torch.where(mask.unsqueeze(-1), x, torch.zeros_like(x)).sum(1)
-    return total / mask.sum(1, keepdim=True).clamp_min(1).to(x.dtype)
 
 
 class RotatoryAttention(nn.Module):
@@ -223,7 +216,7 @@ class RotatoryAttention(nn.Module):
         values = {s: self.value_proj[s](x) for s, x in sets.items()}
         contexts: dict[str, Tensor] = {}
         if queries is None:
-            contexts["t"] = _masked_mean(target, masks["t"])  # eq. (17)
+            contexts["t"] = masked_mean(target, masks["t"])  # eq. (17)
             query_l = query_r = contexts["t"]
         else:
             query_l, query_r = self._check_queries(queries, target)
