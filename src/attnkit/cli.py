@@ -61,6 +61,13 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _zoo(args: argparse.Namespace) -> int:
+    from attnkit.zoo import render
+
+    print(render())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnkit", description="Attention mechanisms in deep learning, on PyTorch."
@@ -93,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--summary", choices=["column_sum", "entropy", "argmax"], default=None)
     info.add_argument("--backend", default=None, help="force a backend and see if it can run")
     info.set_defaults(func=_info)
+
+    zoo = commands.add_parser(
+        "zoo", help="every mechanism with its taxonomy row (survey Table 3) and what it is"
+    )
+    zoo.set_defaults(func=_zoo)
     return parser
 
 
