@@ -272,14 +272,16 @@ class TiledAttentionFunction(torch.autograd.Function):
         def accumulate() -> None:
             for i, q0, q1, j, k0, k1, mask in plan.blocks():
                 qb, kb = q[..., q0:q1, :], k[..., k0:k1, :]
-                if analytic:
-                    s = plan.scores(qb, kb, q0, k0)
+                if analytic and weights is not None:
+                    p = weights[..., q0:q1, k0:k1]  # the probabilities were kept: no recompute
+                elif analytic:
+                    p = _probabilities(plan.scores(qb, kb, q0, k0), mask, lse[..., q0:q1])
                 else:
                     qb = qb.detach().requires_grad_(True)
                     kb = kb.detach().requires_grad_(True)
                     with torch.enable_grad():
                         s = plan.scores(qb, kb, q0, k0)
-                p = _probabilities(s.detach(), mask, lse[..., q0:q1])
+                    p = _probabilities(s.detach(), mask, lse[..., q0:q1])
                 keep = plan.keep(p.shape, i, j, q.device)
                 ds_row = -row_term[..., q0:q1].unsqueeze(-1)
                 if d_out is not None:
