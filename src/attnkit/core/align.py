@@ -18,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Literal
 
 import entmax
@@ -51,7 +53,7 @@ def masked_log_softmax(e: Tensor, mask: Tensor | None = None) -> Tensor:
     return shifted - torch.logsumexp(shifted, -1, keepdim=True)
 
 
-class Align(nn.Module):
+class Align(nn.Module, ABC):
     """Base class of alignment functions.
 
     Class attributes let the engine and the tests treat alignments uniformly:
@@ -87,6 +89,7 @@ class Align(nn.Module):
         """
         return self.sample(e, mask, query=query, key=key, q_offset=q_offset)[0]
 
+    @abstractmethod
     def sample(
         self,
         e: Tensor,
@@ -97,7 +100,6 @@ class Align(nn.Module):
         q_offset: int = 0,
     ) -> tuple[Tensor, Tensor | None]:
         """``(weights, log_prob)``; ``log_prob [..., M]`` is None for deterministic alignments."""
-        raise NotImplementedError
 
 
 ALIGNS: Registry[Align] = Registry("align", Align, "ak.align")
@@ -143,28 +145,30 @@ def _fill_masked(e: Tensor, mask: Tensor | None) -> Tensor:
     return torch.where(mask, e, peak - 2 * peak.abs() - 4)
 
 
-@ALIGNS.register("sparsemax")
-class Sparsemax(Align):
-    """Sparsemax (Martins & Astudillo 2016): Euclidean projection of ``e`` onto the simplex."""
+class _Sparse(Align):
+    """A sparse mapping of the ``entmax`` package, made safe for masks and NaN."""
 
     taxonomy = {"alignment": "Sparse"}
+    mapping: Callable[..., Tensor]  # each subclass names its function of the entmax package
 
     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
-        a = entmax.sparsemax(_fill_masked(e, mask), dim=-1)
+        a = self.mapping(_fill_masked(e, mask), dim=-1)
         a = a if mask is None else a * mask
         return _with_nan_rows(a, nan_rows(e, mask)), None
+
+
+@ALIGNS.register("sparsemax")
+class Sparsemax(_Sparse):
+    """Sparsemax (Martins & Astudillo 2016): Euclidean projection of ``e`` onto the simplex."""
+
+    mapping = staticmethod(entmax.sparsemax)
 
 
 @ALIGNS.register("entmax15")
-class Entmax15(Align):
+class Entmax15(_Sparse):
     """1.5-entmax (Peters, Niculae & Martins 2019): sparse, between softmax and sparsemax."""
 
-    taxonomy = {"alignment": "Sparse"}
-
-    def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
-        a = entmax.entmax15(_fill_masked(e, mask), dim=-1)
-        a = a if mask is None else a * mask
-        return _with_nan_rows(a, nan_rows(e, mask)), None
+    mapping = staticmethod(entmax.entmax15)
 
 
 @ALIGNS.register("topk")

@@ -27,6 +27,7 @@ from attnkit.core.align import Align, build_align
 from attnkit.core.engine import attention
 from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Activation, Additive, Score, build_score, resolve_activation
+from attnkit.mechanisms.inputs import check_features, check_mask, projection
 
 ScoreSpec = str | Score
 AlignSpec = str | Align
@@ -60,32 +61,6 @@ def _per_set(spec: object, count: int, what: str) -> tuple:
             raise ValueError(f"{what} must be one spec or {count} specs, got {len(spec)}")
         return tuple(spec)
     return (spec,) * count
-
-
-def _projection(d_in: int, d_out: int | None) -> nn.Module:
-    """``W [d_out, d_in]`` of eq. (1), or the identity (features used as they are) for None."""
-    return nn.Identity() if d_out is None else nn.Linear(d_in, d_out, bias=False)
-
-
-def _check_features(name: str, x: object, d: int) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 3 or x.shape[-1] != d:
-        raise ValueError(f"{name} must have shape [B, N, {d}], got {tuple(x.shape)}")
-    return x
-
-
-def _check_mask(name: str, mask: object, features: Tensor) -> Tensor | None:
-    if mask is None:
-        return None
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        given = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = real element), got {given}")
-    if tuple(mask.shape) != tuple(features.shape[:2]):
-        raise ValueError(
-            f"{name} must have shape [B, N] = {tuple(features.shape[:2])}, got {tuple(mask.shape)}"
-        )
-    return mask
 
 
 def _attend(
@@ -140,10 +115,10 @@ class _TwoSets(nn.Module):
         self.d_feature1, self.d_feature2 = d_feature1, d_feature2
         self.d_key1, self.d_key2 = d_key1 or d_feature1, d_key2 or d_feature2
         self.d_value1, self.d_value2 = d_value1 or d_feature1, d_value2 or d_feature2
-        self.key_proj1 = _projection(d_feature1, d_key1)
-        self.value_proj1 = _projection(d_feature1, d_value1)
-        self.key_proj2 = _projection(d_feature2, d_key2)
-        self.value_proj2 = _projection(d_feature2, d_value2)
+        self.key_proj1 = projection(d_feature1, d_key1)
+        self.value_proj1 = projection(d_feature1, d_value1)
+        self.key_proj2 = projection(d_feature2, d_key2)
+        self.value_proj2 = projection(d_feature2, d_value2)
 
     def forward(
         self,
@@ -165,13 +140,13 @@ class _TwoSets(nn.Module):
         Returns:
             :class:`CoAttentionOutput` (keys of ``contexts``/``weights``: see the class).
         """
-        f1 = _check_features("features1", features1, self.d_feature1)
-        f2 = _check_features("features2", features2, self.d_feature2)
+        f1 = check_features("features1", features1, self.d_feature1)
+        f2 = check_features("features2", features2, self.d_feature2)
         if f1.shape[0] != f2.shape[0]:
             raise ValueError(
                 f"both feature sets need one batch size, got {tuple(f1.shape)} and {tuple(f2.shape)}"
             )
-        m1, m2 = _check_mask("mask1", mask1, f1), _check_mask("mask2", mask2, f2)
+        m1, m2 = check_mask("mask1", mask1, f1), check_mask("mask2", mask2, f2)
         keys = (self.key_proj1(f1), self.key_proj2(f2))
         values = (self.value_proj1(f1), self.value_proj2(f2))
         return self._co_attend(keys, values, (m1, m2), return_weights)

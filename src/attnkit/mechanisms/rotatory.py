@@ -26,6 +26,7 @@ from attnkit.core.align import Align, build_align
 from attnkit.core.engine import attention
 from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Score, build_score
+from attnkit.mechanisms.inputs import check_features, check_mask, projection
 
 ScoreSpec = str | Score
 AlignSpec = str | Align
@@ -66,31 +67,6 @@ def _per_part(spec: object, what: str) -> tuple:
             )
         return tuple(spec)
     return (spec,) * len(PARTS)
-
-
-def _projection(d_in: int, d_out: int | None) -> nn.Module:
-    return nn.Identity() if d_out is None else nn.Linear(d_in, d_out, bias=False)
-
-
-def _check_features(name: str, x: object, d: int) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 3 or x.shape[-1] != d:
-        raise ValueError(f"{name} must have shape [B, N, {d}], got {tuple(x.shape)}")
-    return x
-
-
-def _check_mask(name: str, mask: object, features: Tensor) -> Tensor | None:
-    if mask is None:
-        return None
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        given = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
-        raise TypeError(f"{name} must be a bool tensor (True = real word), got {given}")
-    if tuple(mask.shape) != tuple(features.shape[:2]):
-        raise ValueError(
-            f"{name} must have shape [B, N] = {tuple(features.shape[:2])}, got {tuple(mask.shape)}"
-        )
-    return mask
 
 
 class RotatoryAttention(nn.Module):
@@ -147,9 +123,9 @@ class RotatoryAttention(nn.Module):
         self.d_key = {s: d_key or d for s, d in self.d_feature.items()}
         self.d_value = {s: d_value or d for s, d in self.d_feature.items()}
         self.d_query = d_query or d_target
-        self.key_proj = nn.ModuleDict({s: _projection(d, d_key) for s, d in self.d_feature.items()})
+        self.key_proj = nn.ModuleDict({s: projection(d, d_key) for s, d in self.d_feature.items()})
         self.value_proj = nn.ModuleDict(
-            {s: _projection(d, d_value) for s, d in self.d_feature.items()}
+            {s: projection(d, d_value) for s, d in self.d_feature.items()}
         )
         # (query size, key size) of each attention function
         sizes = {
@@ -202,14 +178,14 @@ class RotatoryAttention(nn.Module):
         sets = {"l": left, "t": target, "r": right}
         names = {"l": "left", "t": "target", "r": "right"}
         for s, x in sets.items():
-            _check_features(names[s], x, self.d_feature[s])
+            check_features(names[s], x, self.d_feature[s])
         if not left.shape[0] == target.shape[0] == right.shape[0]:
             raise ValueError(
                 "left, target and right need one batch size, got "
                 f"{tuple(left.shape)}, {tuple(target.shape)}, {tuple(right.shape)}"
             )
         masks = {
-            s: _check_mask(f"{names[s]}_mask", m, sets[s])
+            s: check_mask(f"{names[s]}_mask", m, sets[s])
             for s, m in (("l", left_mask), ("t", target_mask), ("r", right_mask))
         }
         keys = {s: self.key_proj[s](x) for s, x in sets.items()}
