@@ -179,31 +179,10 @@ def time_configs(specs: list[dict], impls: list[str], repeats: int) -> dict:
     return common.interleaved_medians(fns, repeats)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--measure", help=argparse.SUPPRESS)
-    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args()
-    if args.measure:
-        measure(args.measure)
-        return
-
-    quick = args.quick
-    sizes = [512, 1024] if quick else [512, 1024, 2048, 4096, 8192, 16384]
-    repeats = 3 if quick else 5
-    out = [
-        "# Benchmarks",
-        "",
-        f"Measured {datetime.date.today()} on: {common.machine()}.",
-        "",
-        "Times are milliseconds, medians of interleaved repetitions in one run; memory is peak RSS "
-        "beyond the inputs in MiB, in a fresh process per configuration. "
-        "Reproduce: `python benchmarks/exact.py`" + (" --quick" if quick else "") + ".",
-        "",
-    ]
+def section_scaled_dot(sizes: list[int], repeats: int, quick: bool) -> tuple[list[str], list]:
+    """scaled_dot: attnkit vs raw SDPA vs the naive formula; target (a)."""
+    out: list[str] = []
     targets: list[tuple[str, str, bool | None]] = []
-
     # 1. scaled_dot: attnkit vs raw SDPA vs the naive formula.
     rows = []
     ratios_a = []
@@ -271,7 +250,13 @@ def main() -> None:
                 min(ratios_a) >= 0.95,
             )
         )
+    return out, targets
 
+
+def section_scores(sizes: list[int], repeats: int, quick: bool) -> tuple[list[str], list]:
+    """Other scores and alignments vs the naive formula; target (b)."""
+    out: list[str] = []
+    targets: list[tuple[str, str, bool | None]] = []
     # 2. Other scores and alignments vs the naive formula.
     rows = []
     others = [
@@ -328,7 +313,13 @@ def main() -> None:
         ),
         "",
     ]
+    return out, targets
 
+
+def section_memory(sizes: list[int], repeats: int, quick: bool) -> tuple[list[str], list]:
+    """Every score with softmax at the largest n: peak memory of fwd+bwd; target (c)."""
+    out: list[str] = []
+    targets: list[tuple[str, str, bool | None]] = []
     # 3. (c) every score with softmax at the largest n: peak memory of fwd+bwd.
     n_big = sizes[-1]
     rows = []
@@ -369,7 +360,13 @@ def main() -> None:
             worst <= 512,
         )
     )
+    return out, targets
 
+
+def section_targets(sizes: list[int], repeats: int, quick: bool) -> tuple[list[str], list]:
+    """Targets (d)-(g): weights on demand, causal skipping, dot-form scores, Flex."""
+    out: list[str] = []
+    targets: list[tuple[str, str, bool | None]] = []
     # 4. (d) weights on demand, (e) causal block skipping, (f) dot-form scores on SDPA, (g) Flex.
     n4, n8 = (1024, 1024) if quick else (4096, 8192)
     base = {"n": n4, "heads": HEADS, "score": "activated_general", "mode": "fwd"}
@@ -440,18 +437,76 @@ def main() -> None:
         targets.append(
             ("(g) tiled score_mod vs compiled Flex", f"Flex did not run: {error!r:.120}", None)
         )
+    return out, targets
 
-    rows = [
-        [name, value, "—" if ok is None else ("met" if ok else "**not met**")]
-        for name, value, ok in targets
+
+SECTIONS = {
+    "scaled_dot": section_scaled_dot,
+    "scores": section_scores,
+    "memory": section_memory,
+    "targets": section_targets,
+}
+RESULTS = HERE.parent / "results" / "exact.json"
+
+
+def write_docs(results: dict) -> str:
+    """docs/benchmarks.md from every section measured so far (each with its date and machine)."""
+    machines = sorted({section["machine"] for section in results.values()})
+    out = [
+        "# Benchmarks",
+        "",
+        "Machine: " + "; ".join(machines) + ".",
+        "",
+        "Times are milliseconds, medians of interleaved repetitions in one run; memory is peak RSS "
+        "beyond the inputs in MiB, in a fresh process per configuration (see benchmarks/common.py). "
+        "Compare ratios within a table, not absolute times across runs. Reproduce: "
+        "`python benchmarks/exact.py [--sections scaled_dot,scores,memory,targets]`.",
+        "",
     ]
+    targets = []
+    for name in SECTIONS:
+        if name not in results:
+            continue
+        section = results[name]
+        out += section["lines"]
+        out += [f"_Measured {section['date']}. {section.get('note', '')}_".replace(" _", "_"), ""]
+        targets += section["targets"]
+    rows = [[t, v, "—" if ok is None else ("met" if ok else "**not met**")] for t, v, ok in targets]
     out += ["## Targets", "", table(["target", "measured", "status"], rows), ""]
-    text = "\n".join(out)
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    if args.measure:
+        measure(args.measure)
+        return
+    sizes = [512, 1024] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
+    repeats = 3 if args.quick else 5
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() and not args.quick else {}
+    for name in args.sections.split(","):
+        if name not in SECTIONS:
+            raise SystemExit(f"unknown section {name!r}; expected one of: {', '.join(SECTIONS)}")
+        lines, targets = SECTIONS[name](sizes, repeats, args.quick)
+        results[name] = {
+            "date": str(datetime.date.today()),
+            "machine": common.machine(),
+            "lines": lines,
+            "targets": targets,
+        }
+        print("\n".join(lines), flush=True)
+    text = write_docs(results)
     print(text)
-    if not args.no_write:
-        DOCS.parent.mkdir(exist_ok=True)
+    if not args.no_write and not args.quick:
+        RESULTS.parent.mkdir(exist_ok=True)
+        RESULTS.write_text(json.dumps(results, indent=1))
         DOCS.write_text(text)
-        print(f"wrote {DOCS}")
+        print(f"wrote {DOCS} and {RESULTS}")
 
 
 if __name__ == "__main__":
