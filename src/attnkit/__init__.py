@@ -6,7 +6,7 @@
 See README.md and docs/core.md for the map from the survey's equations to this API.
 """
 
-from attnkit import mechanisms, taxonomy
+from attnkit import evaluate, interpret, layers, mechanisms, taxonomy
 from attnkit.core import align, masks, scores
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention, explain
@@ -23,7 +23,10 @@ __all__ = [
     "__version__",
     "align",
     "attention",
+    "evaluate",
     "explain",
+    "interpret",
+    "layers",
     "masks",
     "mechanisms",
     "merge_attention",

@@ -1,0 +1,143 @@
+"""Ablation of attention (survey §4.1): replace a model's attention weights and measure the drop.
+
+"The importance of the attention mechanism can be tested by replacing it with another mechanism
+and observing whether the overall performance of the model decreases." Inside
+``with ablate(model, mode):`` every (selected) attention computed through attnkit's engine uses
+replaced weights ``a'`` and the context ``c = Σ_l a'_l v_l`` (eq. 4) they give:
+
+* ``"uniform"``: ``1 / |admissible keys|`` on each admissible key (attention that knows nothing);
+* ``"random"``: ``softmax`` of standard-normal scores over the admissible keys;
+* ``"permuted"``: each query's weights shuffled among its admissible keys (Jain & Wallace 2019);
+* ``"zero_head"``: the selected heads contribute nothing (``a' = 0``; Michel et al. 2019's mask).
+
+Masks (padding, causal) are respected by every mode. Only the selected ``heads`` are replaced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.interpret.intercept import EngineSession, ModuleSelection, Run, weights_call
+
+MODES = ("uniform", "random", "permuted", "zero_head")
+
+#: ``fn(weights, admissible) -> new weights`` with ``weights [B, H, M, N]`` and ``admissible``
+#: bool broadcastable to it; a custom replacement for ``ablate(model, mode=fn)``.
+Replacement = Callable[[Tensor, Tensor], Tensor]
+
+
+def uniform_weights(weights: Tensor, admissible: Tensor) -> Tensor:
+    """``1 / |admissible|`` on each admissible key; rows without one stay zero."""
+    keep = admissible.expand_as(weights).to(weights.dtype)
+    return keep / keep.sum(-1, keepdim=True).clamp_min(1.0)
+
+
+def random_weights(weights: Tensor, admissible: Tensor, generator: torch.Generator) -> Tensor:
+    """``softmax`` of standard-normal scores over the admissible keys."""
+    scores = torch.randn(weights.shape, generator=generator, dtype=torch.float64)
+    scores = scores.to(weights.device).masked_fill(~admissible, float("-inf"))
+    out = scores.softmax(-1).nan_to_num(0.0)  # a row with no admissible key is all -inf
+    return out.to(weights.dtype)
+
+
+def permuted_weights(weights: Tensor, admissible: Tensor, generator: torch.Generator) -> Tensor:
+    """Each row's weights permuted at random among its admissible keys."""
+    admissible = admissible.expand_as(weights)
+    # admissible positions first: in their order (source) and in a random order (destination)
+    source = torch.argsort((~admissible).to(torch.int8), dim=-1, stable=True)
+    noise = torch.rand(weights.shape, generator=generator).to(weights.device)
+    destination = torch.argsort(noise.masked_fill(~admissible, 2.0), dim=-1)
+    return torch.zeros_like(weights).scatter(-1, destination, weights.gather(-1, source))
+
+
+class Ablation(EngineSession):
+    """Context manager made by :func:`ablate`."""
+
+    reroute_torch_attention = True  # torch's fused MHA has no weights to replace
+
+    def __init__(
+        self,
+        model: nn.Module,
+        mode: str | Replacement,
+        modules: ModuleSelection = None,
+        heads: Sequence[int] | None = None,
+        seed: int = 0,
+    ) -> None:
+        if not callable(mode) and mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES} or a callable, got {mode!r}")
+        super().__init__(model, modules)
+        self.mode = mode
+        self.heads = None if heads is None else list(heads)
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def replace(self, weights: Tensor, admissible: Tensor) -> Tensor:
+        """The replacement of ``weights [B, H, M, N]`` for this session's mode."""
+        if callable(self.mode):
+            return self.mode(weights, admissible)
+        if self.mode == "uniform":
+            return uniform_weights(weights, admissible)
+        if self.mode == "random":
+            return random_weights(weights, admissible, self.generator)
+        if self.mode == "permuted":
+            return permuted_weights(weights, admissible, self.generator)
+        return torch.zeros_like(weights)
+
+    def intercept(self, name: str, call: AttentionCall, run: Run) -> AttentionOutput:
+        out = run(weights_call(call))
+        weights = out.weights
+        assert weights is not None
+        if weights.dim() == 5:
+            raise TypeError(
+                f"module {name!r} uses multi-dimensional attention [B, H, M, N, d_v]; ablation "
+                "replaces one weight per key"
+            )
+        admissible = call.full_mask()
+        if admissible is None:
+            admissible = torch.ones((), dtype=torch.bool, device=weights.device)
+        admissible = admissible.expand(weights.shape)
+        if call.bias is not None:  # keys removed by a float mask of -inf
+            admissible = admissible & torch.isfinite(call.bias).expand(weights.shape)
+        new = self.replace(weights, admissible)
+        if self.heads is not None:
+            n_heads = weights.shape[1]
+            if any(not -n_heads <= h < n_heads for h in self.heads):
+                raise ValueError(f"heads {self.heads} out of range for {n_heads} heads in {name!r}")
+            chosen = torch.zeros(n_heads, dtype=torch.bool, device=weights.device)
+            chosen[self.heads] = True
+            new = torch.where(chosen.view(1, -1, 1, 1), new, weights)
+        context = (new.to(call.v.dtype) @ call.v).to(out.context.dtype)  # eq. (4)
+        return dataclasses.replace(
+            out, context=context, weights=new if call.return_weights else None, lse=None
+        )
+
+
+def ablate(
+    model: nn.Module,
+    mode: str | Replacement = "uniform",
+    *,
+    modules: ModuleSelection = None,
+    heads: Sequence[int] | None = None,
+    seed: int = 0,
+) -> Ablation:
+    """Replace the attention weights inside ``model`` while the block runs (survey §4.1).
+
+    Args:
+        model: any ``nn.Module``; its ``torch.nn.MultiheadAttention`` modules run through the
+            equivalent ``ak.MultiHeadAttention`` inside the block.
+        mode: ``"uniform"``, ``"random"``, ``"permuted"``, ``"zero_head"``, or
+            ``fn(weights, admissible) -> weights``.
+        modules: names / ``fnmatch`` patterns / predicate, as in ``interpret.record``.
+        heads: replace only these heads (default all).
+        seed: seeds ``"random"`` and ``"permuted"``.
+
+    Example::
+
+        >>> with ablate(model, "uniform"):
+        ...     ablated = accuracy(model(x).argmax(-1), y)
+    """
+    return Ablation(model, mode, modules, heads, seed)

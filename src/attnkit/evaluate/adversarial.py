@@ -1,0 +1,128 @@
+"""Adversarial attention (Jain & Wallace 2019, "Attention is not Explanation", §4.2).
+
+For one example, search attention weights ``ã`` as different as possible from the model's own
+``a`` while the output stays within ``ε`` of the original:
+
+    maximise  JSD(a, ã)   subject to   TVD(ŷ(ã), ŷ(a)) <= ε
+
+If such ``ã`` exists, the attention the model happened to compute is not the only explanation of
+its output. The weights of one module are parameterised as ``ã = softmax(s)`` over the admissible
+keys and ``s`` is optimised with Adam on ``JSD - λ·max(0, TVD - ε)``; the most different
+feasible ``ã`` seen is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.evaluate.ablation import ablate
+from attnkit.interpret.record import record
+
+
+@dataclass(frozen=True)
+class AdversarialAttention:
+    """Result of :func:`adversarial_attention`.
+
+    Attributes:
+        weights: the adversarial weights ``ã`` ``[B, H, M, N]`` (the original if none feasible).
+        original: the model's weights ``a``.
+        jsd: Jensen–Shannon divergence (base e, mean over rows) between ``a`` and ``ã``.
+        tvd: total variation distance between the outputs (mean over the batch).
+        found: whether a feasible ``ã`` other than ``a`` was found.
+    """
+
+    weights: Tensor
+    original: Tensor
+    jsd: float
+    tvd: float
+    found: bool
+
+
+def jensen_shannon(p: Tensor, q: Tensor, eps: float = 1e-12) -> Tensor:
+    """``JSD(p, q) = ½ KL(p ‖ m) + ½ KL(q ‖ m)``, ``m = ½ (p + q)``, per row ``[..., N] → [...]``."""
+    m = 0.5 * (p + q)
+
+    def kl(x: Tensor) -> Tensor:
+        return (torch.xlogy(x, x) - x * m.clamp_min(eps).log()).sum(-1)
+
+    return 0.5 * kl(p) + 0.5 * kl(q)
+
+
+def total_variation(p: Tensor, q: Tensor) -> Tensor:
+    """``TVD(p, q) = ½ Σ |p - q|`` per row ``[..., C] → [...]``."""
+    return 0.5 * (p - q).abs().sum(-1)
+
+
+def _constant(weights: Tensor) -> Callable[[Tensor, Tensor], Tensor]:
+    def replacement(_weights: Tensor, _admissible: Tensor) -> Tensor:
+        return weights
+
+    return replacement
+
+
+def adversarial_attention(
+    model: nn.Module,
+    forward: Callable[[], Tensor],
+    module: str,
+    *,
+    epsilon: float = 0.01,
+    steps: int = 200,
+    lr: float = 0.1,
+    penalty: float = 100.0,
+    seed: int = 0,
+) -> AdversarialAttention:
+    """Most different attention of ``module`` that keeps ``model``'s output within ``epsilon``.
+
+    Args:
+        model: a model whose ``module`` attends through attnkit's engine, called once per forward.
+        forward: runs the model on the one example and returns output probabilities ``[B, C]``
+            (apply the softmax/sigmoid yourself).
+        module: name of the attention module in ``model.named_modules()``.
+        epsilon: largest total variation distance allowed between the outputs.
+        steps, lr: Adam iterations and step size.
+        penalty: ``λ``, weight of the constraint violation.
+        seed: seeds the random start.
+    """
+    if epsilon < 0:
+        raise ValueError(f"epsilon must be >= 0, got {epsilon}")
+    with torch.no_grad(), record(model, modules=[module]) as rec:
+        reference = forward().detach()
+    if module not in rec:
+        raise ValueError(f"module {module!r} computed no attention in forward()")
+    original = rec[module]
+    if original.dim() != 4:
+        raise ValueError(f"expected weights [B, H, M, N], got {tuple(original.shape)}")
+    admissible = original > 0  # where the model could attend (masked keys have zero weight)
+    generator = torch.Generator().manual_seed(seed)
+    noise = torch.randn(original.shape, generator=generator, dtype=original.dtype)
+    scores = (original.clamp_min(1e-6).log() + noise).requires_grad_(True)
+    # Adam (Kingma & Ba 2015) written out: torch.optim's first use imports the compiler stack
+    # (seconds), too slow for one small search
+    moment, second = torch.zeros_like(scores), torch.zeros_like(scores)
+    beta1, beta2 = 0.9, 0.999
+
+    def candidate() -> Tensor:
+        return scores.masked_fill(~admissible, float("-inf")).softmax(-1).nan_to_num(0.0)
+
+    best, best_jsd, best_tvd = original, 0.0, 0.0
+    for step in range(1, steps + 1):
+        weights = candidate()
+        with ablate(model, _constant(weights), modules=[module]):
+            output = forward()
+        tvd = total_variation(output, reference).mean()
+        jsd = jensen_shannon(original, weights).mean()
+        with torch.no_grad():
+            if float(tvd) <= epsilon and float(jsd) > best_jsd:
+                best, best_jsd, best_tvd = weights.detach().clone(), float(jsd), float(tvd)
+        objective = -jsd + penalty * torch.relu(tvd - epsilon)
+        (grad,) = torch.autograd.grad(objective, scores)
+        with torch.no_grad():
+            moment.mul_(beta1).add_(grad, alpha=1 - beta1)
+            second.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            step_size = lr * (1 - beta2**step) ** 0.5 / (1 - beta1**step)
+            scores.sub_(step_size * moment / (second.sqrt() + 1e-8))
+    return AdversarialAttention(best, original, best_jsd, best_tvd, best_jsd > 0)

@@ -1,0 +1,137 @@
+"""Alignment Error Rate (Och & Ney 2003): how well attention weights match gold word alignments
+(survey §4.2; Luong et al. 2015 evaluate attention with it).
+
+Gold alignments have *sure* links ``S`` and *possible* links ``P`` (``S ⊆ P``). For predicted
+links ``A``:
+
+    AER = 1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|)
+
+Links are pairs ``(source position, target position)``, 0-based (Pharaoh's ``i-j``). An attention
+matrix is ``[target, source]`` (rows are the decoder's queries, columns the source words), so the
+link of weight ``[t, s]`` is ``(s, t)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+Links = set[tuple[int, int]]
+LinkInput = str | Tensor | Iterable[tuple[int, int]]
+
+
+def parse_pharaoh(line: str) -> tuple[Links, Links]:
+    """``(sure, possible)`` links of one Pharaoh line: ``i-j`` sure, ``i?j`` or ``ipj``
+    possible-only. ``possible`` includes the sure links (``S ⊆ P``)."""
+    sure: Links = set()
+    possible: Links = set()
+    for token in line.split():
+        sep = next((c for c in "-?p" if c in token), None)
+        if sep is None:
+            raise ValueError(f"not a Pharaoh link (i-j, i?j or ipj): {token!r} in {line!r}")
+        left, _, right = token.partition(sep)
+        is_sure = sep == "-"
+        try:
+            link = (int(left), int(right))
+        except ValueError:
+            raise ValueError(
+                f"not a Pharaoh link (i-j, i?j or ipj): {token!r} in {line!r}"
+            ) from None
+        possible.add(link)
+        if is_sure:
+            sure.add(link)
+    return sure, possible
+
+
+def links_from_weights(weights: Tensor, *, method: str = "argmax", threshold: float = 0.5) -> Links:
+    """Predicted links ``(source, target)`` from an attention matrix ``[target, source]``.
+
+    ``"argmax"``: each target word links to the source word it attends most (one link per row;
+    rows of all zeros give none). ``"threshold"``: every weight ``>= threshold``.
+    """
+    if not isinstance(weights, Tensor) or weights.dim() != 2:
+        raise ValueError(
+            f"weights must be a 2-D tensor [target, source], got {getattr(weights, 'shape', weights)}"
+        )
+    if method == "argmax":
+        best = weights.argmax(-1)
+        return {(int(best[t]), t) for t in range(weights.shape[0]) if weights[t].max() > 0}
+    if method == "threshold":
+        return {(int(s), int(t)) for t, s in torch.nonzero(weights >= threshold).tolist()}
+    raise ValueError(f"method must be 'argmax' or 'threshold', got {method!r}")
+
+
+def as_links(links: LinkInput) -> Links:
+    """Links from a set/iterable of pairs, a Pharaoh line (all its links), or a 0/1 matrix
+    ``[target, source]`` (nonzero = link)."""
+    if isinstance(links, str):
+        return parse_pharaoh(links)[1]
+    if isinstance(links, Tensor):
+        if links.dim() != 2:
+            raise ValueError(f"a link matrix must be [target, source], got {tuple(links.shape)}")
+        return {(int(s), int(t)) for t, s in torch.nonzero(links).tolist()}
+    out = set()
+    for pair in links:
+        if len(pair) != 2:
+            raise ValueError(f"a link is a pair (source, target), got {pair!r}")
+        out.add((int(pair[0]), int(pair[1])))
+    return out
+
+
+def alignment_counts(
+    predicted: LinkInput, sure: LinkInput, possible: LinkInput | None = None
+) -> tuple[int, int, int, int]:
+    """``(|A ∩ S|, |A ∩ P|, |A|, |S|)`` of one sentence; ``P`` is taken as ``P ∪ S``. A Pharaoh
+    line given as ``sure`` (with ``possible=None``) gives both its sure and possible links."""
+    if isinstance(sure, str) and possible is None:
+        s, p = parse_pharaoh(sure)
+    else:
+        s = as_links(sure)
+        p = s | (as_links(possible) if possible is not None else set())
+    a = as_links(predicted)
+    return len(a & s), len(a & p), len(a), len(s)
+
+
+def alignment_error_rate(
+    predicted: LinkInput, sure: LinkInput, possible: LinkInput | None = None
+) -> float:
+    """AER of one sentence: ``1 - (|A∩S| + |A∩P|) / (|A| + |S|)`` (Och & Ney 2003).
+
+    Args:
+        predicted: links ``A``: pairs ``(source, target)``, a Pharaoh line, or a 0/1 matrix
+            ``[target, source]`` (for attention weights use :func:`links_from_weights`).
+        sure: ``S``, in the same forms; a Pharaoh line with ``?`` links gives ``S`` and ``P``.
+        possible: ``P`` (``S`` is added to it); default ``P = S``.
+
+    Example::
+
+        >>> alignment_error_rate("0-0 1-1", "0-0 1?1 2-2")   # 1 - (1 + 2) / (2 + 2)
+        0.25
+    """
+    a_s, a_p, a, s = alignment_counts(predicted, sure, possible)
+    if a + s == 0:
+        raise ValueError("AER is undefined when both the prediction and the sure links are empty")
+    return 1.0 - (a_s + a_p) / (a + s)
+
+
+def corpus_alignment_error_rate(
+    predicted: Sequence[LinkInput],
+    sure: Sequence[LinkInput],
+    possible: Sequence[LinkInput | None] | None = None,
+) -> float:
+    """AER of a corpus: the counts summed over sentences before the ratio (as Och & Ney report)."""
+    if len(predicted) != len(sure) or (possible is not None and len(possible) != len(sure)):
+        raise ValueError(
+            f"need one prediction per gold sentence, got {len(predicted)} predictions, "
+            f"{len(sure)} sure, {None if possible is None else len(possible)} possible"
+        )
+    totals = [0, 0, 0, 0]
+    for i, (pred, gold) in enumerate(zip(predicted, sure, strict=True)):
+        counts = alignment_counts(pred, gold, None if possible is None else possible[i])
+        totals = [t + c for t, c in zip(totals, counts, strict=True)]
+    a_s, a_p, a, s = totals
+    if a + s == 0:
+        raise ValueError("AER is undefined when both the predictions and the sure links are empty")
+    return 1.0 - (a_s + a_p) / (a + s)

@@ -1,0 +1,233 @@
+"""Recording attention maps: ``with attnkit.interpret.record(model) as rec:``.
+
+Captures, per module name and per head, the attention weights ``a`` (survey eq. 3) of every
+attention computed inside ``model``: attnkit modules (``ak.MultiHeadAttention``,
+``ak.GeneralAttention``, the mechanisms, and user modules that call ``ak.attention``) through the
+engine (see :mod:`attnkit.interpret.intercept`), and ``torch.nn.MultiheadAttention`` through its
+``need_weights`` option. The model's outputs are unchanged, bit for bit: a call whose backend can
+return weights is asked for them; a call on the fused SDPA kernel (which cannot) is computed as
+before and its weights recomputed apart, without gradient. (torch's ``nn.TransformerEncoderLayer`` skips its
+fused eval kernel while any module inside it has hooks, so its outputs agree up to rounding.)
+
+Shapes: every record is ``[B, H, M, N]`` (queries M, keys N; ``H = 1`` for single-head calls;
+``[B, H, M, N, d_v]`` for multi-dimensional attention), the weights before dropout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.interpret.intercept import (
+    EngineSession,
+    ModuleSelection,
+    Run,
+    weights_call,
+)
+
+Rows = slice | Sequence[int] | None
+
+
+class AttentionRecorder(EngineSession):
+    """Context manager holding the recorded weights; made by :func:`record`.
+
+    Attributes:
+        weights: ``{module name: [one tensor per call, in call order]}``; names are those of
+            ``model.named_modules()`` (``""`` is the model itself). A module called several times
+            (decoding steps, hops) has one entry per call.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        modules: ModuleSelection = None,
+        heads: Sequence[int] | None = None,
+        rows: Rows = None,
+        grad: bool = False,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__(model, modules)
+        if grad and (heads is not None or rows is not None or device is not None):
+            raise ValueError(
+                "record(grad=True) keeps whole weight tensors in the autograd graph; "
+                f"heads/rows/device must be None, got heads={heads}, rows={rows}, device={device}"
+            )
+        self.heads = None if heads is None else list(heads)
+        self.rows = rows
+        self.grad = grad
+        # with grad, torch's MHA runs through ak.MultiHeadAttention so its weights are in the graph
+        self.reroute_torch_attention = grad
+        self.device = device
+        self.weights: dict[str, list[Tensor]] = {}
+
+    # --- access -----------------------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> Tensor:
+        """The weights of the most recent call of module ``name`` (all calls: ``weights[name]``)."""
+        if name not in self.weights:
+            raise KeyError(f"no attention recorded for {name!r}; recorded: {list(self.weights)}")
+        return self.weights[name][-1]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.weights
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.weights)
+
+    def __len__(self) -> int:
+        return len(self.weights)
+
+    def keys(self) -> list[str]:
+        """Names of the modules that attended, in the order of their first call."""
+        return list(self.weights)
+
+    def maps(self) -> list[Tensor]:
+        """The most recent weights of each module, in the order of their first call (for a
+        stack of layers: bottom to top, what :func:`attention_rollout` takes)."""
+        return [calls[-1] for calls in self.weights.values()]
+
+    def clear(self) -> None:
+        """Forget everything recorded so far (e.g. between batches)."""
+        self.weights.clear()
+
+    # --- capture ----------------------------------------------------------------------------
+
+    def _store(self, name: str, w: Tensor) -> None:
+        if not self.grad:
+            w = w.detach()
+            if self.heads is not None:
+                w = w[:, self.heads]
+            if self.rows is not None:
+                w = w[:, :, self.rows] if isinstance(self.rows, slice) else w[:, :, list(self.rows)]
+            if self.device is not None:
+                w = w.to(self.device)
+        self.weights.setdefault(name, []).append(w)
+
+    def intercept(self, name: str, call: AttentionCall, run: Run) -> AttentionOutput:
+        if self.grad:
+            # the materialised formula computes the context from these very weights, so a
+            # gradient of the output reaches them (c = a v, eq. 4)
+            out = run(weights_call(call), "reference")
+            assert out.weights is not None
+            if torch.is_grad_enabled() and not out.weights.requires_grad and call.dropout == 0:
+                # nothing below requires grad (e.g. a parameter-free first layer): make the
+                # weights a leaf and the context a function of it; no graph is cut
+                weights = out.weights.detach().requires_grad_(True)
+                v = call.v.to(weights.dtype)
+                context = (
+                    torch.einsum("bhmnd,bhnd->bhmd", weights, v)
+                    if weights.dim() == 5
+                    else weights @ v
+                )
+                out = dataclasses.replace(
+                    out, context=context.to(out.context.dtype), weights=weights
+                )
+            assert out.weights is not None
+            self._store(name, out.weights)
+            return out if call.return_weights else dataclasses.replace(out, weights=None)
+        if call.return_weights or run.chosen.weights:
+            # same backend as without weights: same context, and one draw of any sampling
+            out = run(weights_call(call))
+            assert out.weights is not None
+            self._store(name, out.weights)
+            return out if call.return_weights else dataclasses.replace(out, weights=None)
+        out = run(call)  # the fused kernel, untouched; it is deterministic softmax attention
+        with torch.no_grad():
+            again = run(dataclasses.replace(call, return_weights=True, summary=None))
+        assert again.weights is not None
+        self._store(name, again.weights)
+        return out
+
+    def _hook_modules(self) -> None:
+        super()._hook_modules()
+        for module, name in self.watched.items():
+            if isinstance(module, nn.MultiheadAttention):
+                self._handles.append(
+                    module.register_forward_hook(self._torch_hook(name), with_kwargs=True)
+                )
+
+    def _torch_hook(self, name: str) -> Any:
+        def hook(
+            module: nn.MultiheadAttention, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+        ) -> None:
+            if "forward" in vars(module):
+                # rerouted through ak.MultiHeadAttention (by this or another session): its
+                # engine call was recorded already
+                return
+            given = dict(zip(_MHA_ARGS, args, strict=False)) | kwargs
+            per_head = given.get("need_weights", True) and not given.get(
+                "average_attn_weights", True
+            )
+            if per_head and not (module.training and module.dropout > 0) and out[1] is not None:
+                w = out[1]
+            else:  # recompute: per head, before dropout, outside the autograd graph
+                given.update(need_weights=True, average_attn_weights=False)
+                was_training = module.training
+                module.train(False)
+                try:
+                    with torch.no_grad():
+                        w = module.forward(**given)[1]
+                finally:
+                    module.train(was_training)
+            if w.dim() == 3:  # unbatched input: [H, L, S]
+                w = w.unsqueeze(0)
+            self._store(name, w)
+
+        return hook
+
+
+_MHA_ARGS = (
+    "query",
+    "key",
+    "value",
+    "key_padding_mask",
+    "need_weights",
+    "attn_mask",
+    "average_attn_weights",
+    "is_causal",
+)
+
+
+def record(
+    model: nn.Module,
+    *,
+    modules: ModuleSelection = None,
+    heads: Sequence[int] | None = None,
+    rows: Rows = None,
+    grad: bool = False,
+    device: torch.device | str | None = None,
+) -> AttentionRecorder:
+    """Record the attention weights computed inside ``model`` while the block runs.
+
+    Args:
+        model: any ``nn.Module``.
+        modules: which modules to watch: names or ``fnmatch`` patterns of
+            ``model.named_modules()`` (``"encoder.layers.*.self_attn"``) or a predicate
+            ``fn(name, module)``; default all. A call is attributed to the innermost watched
+            module running when it is made.
+        heads: keep only these heads (bounded memory).
+        rows: keep only these query rows (a slice or indices).
+        grad: keep the weights in the autograd graph (computed by the materialised formula, so
+            outputs may differ from the fused kernel's in the last bits), for gradients of an
+            output with respect to them (:func:`gradient_weighted_attention`);
+            ``torch.nn.MultiheadAttention`` modules then run as the equivalent
+            ``ak.MultiHeadAttention`` (same outputs up to rounding).
+        device: move the kept weights there (e.g. ``"cpu"``).
+
+    Returns:
+        an :class:`AttentionRecorder`: ``rec[name]`` is ``[B, H, M, N]`` of the module's last call.
+
+    Example::
+
+        >>> mha = ak.MultiHeadAttention(16, 4, batch_first=True)
+        >>> with record(mha) as rec:
+        ...     out, _ = mha(x, x, x, need_weights=False)
+        >>> rec[""].shape  # the model itself is named ""
+        torch.Size([2, 4, 5, 5])
+    """
+    return AttentionRecorder(model, modules, heads, rows, grad, device)

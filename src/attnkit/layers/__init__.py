@@ -1,0 +1,44 @@
+"""Transformer building blocks: layers and stacks, position encodings, KV caches, decoding.
+
+>>> from attnkit.layers import TransformerEncoderLayer, RotaryEmbedding, KVCache
+"""
+
+from attnkit.layers.alibi import ALiBi, alibi_slopes
+from attnkit.layers.attention import cross_attend, self_attend
+from attnkit.layers.kv_cache import (
+    CrossAttentionCache,
+    DecoderLayerCache,
+    KVCache,
+    reorder_caches,
+)
+from attnkit.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from attnkit.layers.relative_bias import RelativePositionBias, relative_position_bucket
+from attnkit.layers.rotary import RotaryEmbedding
+from attnkit.layers.transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+__all__ = [
+    "ALiBi",
+    "CrossAttentionCache",
+    "DecoderLayerCache",
+    "KVCache",
+    "LearnedPositionalEmbedding",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "SinusoidalPositionalEncoding",
+    "Transformer",
+    "TransformerDecoder",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerEncoderLayer",
+    "alibi_slopes",
+    "cross_attend",
+    "relative_position_bucket",
+    "reorder_caches",
+    "self_attend",
+]

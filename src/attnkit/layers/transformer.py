@@ -1,0 +1,579 @@
+"""Transformer layers and stacks (Vaswani et al. 2017) with any attention, positions and KV caches.
+
+Drop-ins for ``torch.nn.TransformerEncoderLayer``, ``TransformerDecoderLayer``,
+``TransformerEncoder``, ``TransformerDecoder`` and ``Transformer``: the same constructor arguments
+(defaults included: ``batch_first=False``, ``norm_first=False``, post-norm), parameter names
+(``self_attn``, ``multihead_attn``, ``linear1``, ``linear2``, ``norm1..3``; ``layers.i``,
+``norm``; ``encoder``, ``decoder``) and ``forward`` conventions (torch's masks: bool ``True`` =
+NOT allowed, or float added), so ``load_state_dict(torch_module.state_dict())`` reproduces torch's
+outputs. Each attention is an :class:`attnkit.MultiHeadAttention`, so it takes any score and
+alignment of the survey (§3.2) and grouped-query heads; positions enter through a rotary
+embedding or a score_mod position bias (ALiBi, T5); decoders decode incrementally with KV caches.
+
+Post-norm (the paper):   x = LN(x + Drop(SA(x)));            x = LN(x + Drop(FF(x)))
+Pre-norm (norm_first):   x = x + Drop(SA(LN(x)));            x = x + Drop(FF(LN(x)))
+FF(x) = W_2 Drop(act(W_1 x + b_1)) + b_2
+
+Taxonomy: the self-attention is "Self-Attentive" and "Multi-Head"; the decoder's cross-attention
+queries come from the decoder's state: "Basic" (§3.3.1); a stack of layers refines its queries
+layer after layer: "Multi-Hop" (§3.3.2).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.core.align import Align
+from attnkit.core.scores import Score
+from attnkit.layers.attention import PositionBias, Rotary, cross_attend, self_attend
+from attnkit.layers.kv_cache import CrossAttentionCache, DecoderLayerCache, KVCache
+from attnkit.mechanisms.multi_head import MultiHeadAttention
+
+Activation = str | Callable[[Tensor], Tensor]
+
+
+def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
+    if callable(activation):
+        return activation
+    if activation == "relu":
+        return F.relu
+    if activation == "gelu":
+        return F.gelu
+    raise ValueError(f"activation should be 'relu', 'gelu' or a callable, got {activation!r}")
+
+
+def _attention_module(
+    spec: str | MultiHeadAttention,
+    d_model: int,
+    nhead: int,
+    dropout: float,
+    bias: bool,
+    factory: dict[str, Any],
+    query_type: str,
+    **options: Any,
+) -> MultiHeadAttention:
+    """A ``MultiHeadAttention`` from an attention-kind name, or the given module as is."""
+    if isinstance(spec, MultiHeadAttention):
+        if spec.embed_dim != d_model:
+            raise ValueError(
+                f"the attention module's embed_dim ({spec.embed_dim}) must equal d_model "
+                f"({d_model})"
+            )
+        if not spec.batch_first:
+            raise ValueError(
+                "a given attention module must have batch_first=True (the layer keeps its own "
+                "batch_first for its inputs)"
+            )
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"attention must be a kind name or an ak.MultiHeadAttention, got {type(spec).__name__}"
+        )
+    # Always batch-first inside: the layer transposes once (state_dicts do not record the layout).
+    return MultiHeadAttention(
+        d_model,
+        nhead,
+        dropout=dropout,
+        bias=bias,
+        batch_first=True,
+        attention=spec,
+        query_type=query_type,
+        **options,
+        **factory,
+    )
+
+
+class _LayerBase(nn.Module):
+    """What encoder and decoder layers share: the feed-forward block, layout and options."""
+
+    self_attn: MultiHeadAttention
+    rotary: Rotary | None
+    position_bias: PositionBias | None
+    activation: Callable[[Tensor], Tensor]
+    norm1: nn.LayerNorm
+    norm2: nn.LayerNorm
+    norm3: nn.LayerNorm
+    dropout1: nn.Dropout
+    dropout2: nn.Dropout
+    dropout3: nn.Dropout
+
+    def _common(
+        self,
+        d_model: int,
+        dim_feedforward: int,
+        dropout: float,
+        activation: Activation,
+        layer_norm_eps: float,
+        batch_first: bool,
+        norm_first: bool,
+        bias: bool,
+        factory: dict[str, Any],
+        norms: int,
+    ) -> None:
+        self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
+        self.norm_first, self.batch_first = norm_first, batch_first
+        for i in range(1, norms + 1):
+            setattr(
+                self, f"norm{i}", nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+            )
+            setattr(self, f"dropout{i}", nn.Dropout(dropout))
+        self.activation = _activation(activation)
+
+    def _ff_block(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+    def _batch_first(self, x: Tensor) -> Tensor:
+        """``[N, L, E]`` from the user's layout (torch's: ``[L, N, E]`` unless ``batch_first``)."""
+        return x if self.batch_first or x.dim() == 2 else x.transpose(0, 1)
+
+    def _self_attention(
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        is_causal: bool,
+        cache: KVCache | None,
+        lengths: Tensor | None,
+    ) -> Tensor:
+        return self_attend(
+            self.self_attn,
+            x,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            rotary=self.rotary,
+            position_bias=self.position_bias,
+            cache=cache,
+            lengths=lengths,
+        )
+
+
+class TransformerEncoderLayer(_LayerBase):
+    """Self-attention and a feed-forward block (torch's ``TransformerEncoderLayer``).
+
+    Args (torch's): d_model, nhead, dim_feedforward, dropout, activation (``"relu"``,
+        ``"gelu"`` or a callable), layer_norm_eps, batch_first, norm_first (pre-norm), bias,
+        device, dtype.
+    Keyword-only (attnkit's):
+        attention: an attention-kind name (``"exact"`` or one registered with
+            :func:`attnkit.mechanisms.multi_head.register_attention_kind`) or a ready
+            :class:`attnkit.MultiHeadAttention` (``embed_dim == d_model`` and
+            ``batch_first=True``; the layer's own ``batch_first`` sets its inputs' layout).
+        score, align: any score / alignment name or object, given to ``MultiHeadAttention``.
+        num_kv_heads: grouped-query attention (``None``: one per query head).
+        rotary: rotates queries and keys by position (:class:`~attnkit.layers.RotaryEmbedding`).
+        position_bias: a score_mod position bias (:class:`~attnkit.layers.ALiBi`,
+            :class:`~attnkit.layers.RelativePositionBias`).
+
+    Shapes: ``src [L, N, E]`` (``[N, L, E]`` with ``batch_first``, ``[L, E]`` unbatched).
+
+    Example::
+
+        >>> layer = TransformerEncoderLayer(32, 4, 64, batch_first=True, score="additive")
+        >>> layer(torch.randn(2, 7, 32)).shape
+        torch.Size([2, 7, 32])
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        attention: str | MultiHeadAttention = "exact",
+        score: str | Score | Sequence[str | Score] = "scaled_dot",
+        align: str | Align = "softmax",
+        num_kv_heads: int | None = None,
+        rotary: Rotary | None = None,
+        position_bias: PositionBias | None = None,
+    ) -> None:
+        super().__init__()
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
+        self.self_attn = _attention_module(
+            attention, d_model, nhead, dropout, bias, factory, "Self-Attentive", **options
+        )
+        self._common(
+            d_model, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+            norm_first, bias, factory, norms=2,
+        )  # fmt: skip
+        self.rotary, self.position_bias = rotary, position_bias
+
+    def forward(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool = False,
+        *,
+        cache: KVCache | None = None,
+        lengths: Tensor | None = None,
+    ) -> Tensor:
+        """torch's forward; with ``cache`` (decoder-only models) ``src`` holds the next tokens
+        and attends them and every cached one causally (``lengths [N]``: real tokens per row)."""
+        x = self._batch_first(src)
+        attn = (src_mask, src_key_padding_mask, is_causal, cache, lengths)
+        if self.norm_first:
+            x = x + self.dropout1(self._self_attention(self.norm1(x), *attn))
+            x = x + self.dropout2(self._ff_block(self.norm2(x)))
+        else:
+            x = self.norm1(x + self.dropout1(self._self_attention(x, *attn)))
+            x = self.norm2(x + self.dropout2(self._ff_block(x)))
+        return self._batch_first(x)
+
+
+class TransformerDecoderLayer(_LayerBase):
+    """Self-attention, cross-attention to the encoder's memory, and a feed-forward block
+    (torch's ``TransformerDecoderLayer``). Arguments as :class:`TransformerEncoderLayer`, plus
+    ``cross_attention`` (kind name or module) for ``multihead_attn``, whose queries are
+    "Basic" (they come from the decoder's state, §3.3.1). Positions (rotary, position bias)
+    apply to the self-attention only.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        attention: str | MultiHeadAttention = "exact",
+        cross_attention: str | MultiHeadAttention = "exact",
+        score: str | Score | Sequence[str | Score] = "scaled_dot",
+        align: str | Align = "softmax",
+        num_kv_heads: int | None = None,
+        rotary: Rotary | None = None,
+        position_bias: PositionBias | None = None,
+    ) -> None:
+        super().__init__()
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
+        self.self_attn = _attention_module(
+            attention, d_model, nhead, dropout, bias, factory, "Self-Attentive", **options
+        )
+        self.multihead_attn = _attention_module(
+            cross_attention, d_model, nhead, dropout, bias, factory, "Basic", **options
+        )
+        self._common(
+            d_model, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+            norm_first, bias, factory, norms=3,
+        )  # fmt: skip
+        self.rotary, self.position_bias = rotary, position_bias
+
+    def _cross_attention(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        attn_mask: Tensor | None,
+        key_padding_mask: Tensor | None,
+        is_causal: bool,
+        cache: CrossAttentionCache | None,
+    ) -> Tensor:
+        return cross_attend(
+            self.multihead_attn,
+            x,
+            memory,
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            cache=cache,
+        )
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool = False,
+        memory_is_causal: bool = False,
+        *,
+        cache: DecoderLayerCache | None = None,
+        lengths: Tensor | None = None,
+    ) -> Tensor:
+        """torch's forward; with ``cache``, ``tgt`` holds the next target tokens (causal over
+        the cached ones), and the memory's keys/values are projected on the first call only."""
+        x, memory = self._batch_first(tgt), self._batch_first(memory)
+        self_cache = None if cache is None else cache.self_attn
+        cross_cache = None if cache is None else cache.cross_attn
+        sa = (tgt_mask, tgt_key_padding_mask, bool(tgt_is_causal), self_cache, lengths)
+        ca = (memory_mask, memory_key_padding_mask, memory_is_causal, cross_cache)
+        if self.norm_first:
+            x = x + self.dropout1(self._self_attention(self.norm1(x), *sa))
+            x = x + self.dropout2(self._cross_attention(self.norm2(x), memory, *ca))
+            x = x + self.dropout3(self._ff_block(self.norm3(x)))
+        else:
+            x = self.norm1(x + self.dropout1(self._self_attention(x, *sa)))
+            x = self.norm2(x + self.dropout2(self._cross_attention(x, memory, *ca)))
+            x = self.norm3(x + self.dropout3(self._ff_block(x)))
+        return self._batch_first(x)
+
+
+def _clones(layer: nn.Module, num_layers: int) -> nn.ModuleList:
+    if num_layers < 0:
+        raise ValueError(f"num_layers must be >= 0, got {num_layers}")
+    return nn.ModuleList([copy.deepcopy(layer) for _ in range(num_layers)])
+
+
+class TransformerEncoder(nn.Module):
+    """``num_layers`` copies of an encoder layer and an optional final norm (torch's).
+
+    ``enable_nested_tensor`` and ``mask_check`` are accepted for torch's signature and ignored:
+    padded positions are computed like any other (torch's nested fast path returns zeros there).
+    """
+
+    def __init__(
+        self,
+        encoder_layer: TransformerEncoderLayer,
+        num_layers: int,
+        norm: nn.Module | None = None,
+        enable_nested_tensor: bool = True,
+        mask_check: bool = True,
+    ) -> None:
+        super().__init__()
+        self.layers = _clones(encoder_layer, num_layers)
+        self.num_layers, self.norm = num_layers, norm
+        self.taxonomy = {"query_multiplicity": "Multi-Hop"}
+
+    def new_caches(self, capacity: int, window: int | None = None) -> list[KVCache]:
+        """One empty :class:`KVCache` per layer (decoder-only use: causal self-attention)."""
+        return [KVCache(capacity, window=window) for _ in self.layers]
+
+    def forward(
+        self,
+        src: Tensor,
+        mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        is_causal: bool | None = None,
+        *,
+        caches: Sequence[KVCache] | None = None,
+        lengths: Tensor | None = None,
+    ) -> Tensor:
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(f"need one cache per layer ({len(self.layers)}), got {len(caches)}")
+        x = src
+        for i, layer in enumerate(self.layers):
+            cache = None if caches is None else caches[i]
+            x = layer(x, mask, src_key_padding_mask, bool(is_causal), cache=cache, lengths=lengths)
+        return x if self.norm is None else self.norm(x)
+
+
+class TransformerDecoder(nn.Module):
+    """``num_layers`` copies of a decoder layer and an optional final norm (torch's)."""
+
+    def __init__(
+        self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: nn.Module | None = None
+    ) -> None:
+        super().__init__()
+        self.layers = _clones(decoder_layer, num_layers)
+        self.num_layers, self.norm = num_layers, norm
+        self.taxonomy = {"query_multiplicity": "Multi-Hop"}
+
+    def new_caches(self, capacity: int, window: int | None = None) -> list[DecoderLayerCache]:
+        """Empty caches, one per layer: self-attention keys and the memory's keys/values."""
+        return [
+            DecoderLayerCache(KVCache(capacity, window=window), CrossAttentionCache())
+            for _ in self.layers
+        ]
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+        *,
+        caches: Sequence[DecoderLayerCache] | None = None,
+        lengths: Tensor | None = None,
+    ) -> Tensor:
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(f"need one cache per layer ({len(self.layers)}), got {len(caches)}")
+        x = tgt
+        for i, layer in enumerate(self.layers):
+            x = layer(
+                x,
+                memory,
+                tgt_mask,
+                memory_mask,
+                tgt_key_padding_mask,
+                memory_key_padding_mask,
+                bool(tgt_is_causal),
+                memory_is_causal,
+                cache=None if caches is None else caches[i],
+                lengths=lengths,
+            )
+        return x if self.norm is None else self.norm(x)
+
+
+class Transformer(nn.Module):
+    """The encoder–decoder Transformer (Vaswani et al. 2017; torch's ``nn.Transformer``).
+
+    Arguments are torch's (``custom_encoder``/``custom_decoder`` replace the stacks); the
+    keyword-only ones of :class:`TransformerEncoderLayer` apply to every layer (``rotary`` and
+    ``position_bias`` to every self-attention). :meth:`encode` and :meth:`decode` split
+    :meth:`forward` for generation (``decode(..., caches=self.decoder.new_caches(C))``).
+    """
+
+    def __init__(
+        self,
+        d_model: int = 512,
+        nhead: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        dim_feedforward: int = 2048,
+        dropout: float = 0.1,
+        activation: Activation = F.relu,
+        custom_encoder: nn.Module | None = None,
+        custom_decoder: nn.Module | None = None,
+        layer_norm_eps: float = 1e-5,
+        batch_first: bool = False,
+        norm_first: bool = False,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        **layer_options: Any,
+    ) -> None:
+        super().__init__()
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        common: dict[str, Any] = {
+            "d_model": d_model,
+            "nhead": nhead,
+            "dim_feedforward": dim_feedforward,
+            "dropout": dropout,
+            "activation": activation,
+            "layer_norm_eps": layer_norm_eps,
+        }
+        layout: dict[str, Any] = {
+            "batch_first": batch_first,
+            "norm_first": norm_first,
+            "bias": bias,
+        }
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            enc_options = {k: v for k, v in layer_options.items() if k != "cross_attention"}
+            layer = TransformerEncoderLayer(**common, **layout, **factory, **enc_options)
+            norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+            self.encoder = TransformerEncoder(layer, num_encoder_layers, norm)
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            dec_layer = TransformerDecoderLayer(**common, **layout, **factory, **layer_options)
+            norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
+            self.decoder = TransformerDecoder(dec_layer, num_decoder_layers, norm)
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():  # torch's initialisation
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    @staticmethod
+    def generate_square_subsequent_mask(
+        sz: int, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> Tensor:
+        """torch's float causal mask: ``-inf`` above the diagonal, ``0`` elsewhere."""
+        return torch.triu(
+            torch.full((sz, sz), float("-inf"), device=device, dtype=dtype or torch.float32),
+            diagonal=1,
+        )
+
+    def encode(
+        self,
+        src: Tensor,
+        src_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        src_is_causal: bool | None = None,
+    ) -> Tensor:
+        """The encoder's memory."""
+        return self.encoder(src, src_mask, src_key_padding_mask, src_is_causal)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+        *,
+        caches: Sequence[DecoderLayerCache] | None = None,
+    ) -> Tensor:
+        """The decoder's output for ``tgt`` (the next target tokens when ``caches`` are given)."""
+        return self.decoder(
+            tgt,
+            memory,
+            tgt_mask,
+            memory_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            memory_is_causal,
+            caches=caches,
+        )
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        src_key_padding_mask: Tensor | None = None,
+        tgt_key_padding_mask: Tensor | None = None,
+        memory_key_padding_mask: Tensor | None = None,
+        src_is_causal: bool | None = None,
+        tgt_is_causal: bool | None = None,
+        memory_is_causal: bool = False,
+    ) -> Tensor:
+        batch_dim = 0 if self.batch_first else 1
+        if src.dim() == 3 and tgt.dim() == 3 and src.shape[batch_dim] != tgt.shape[batch_dim]:
+            raise ValueError(
+                f"src and tgt must share the batch size, got {tuple(src.shape)} and "
+                f"{tuple(tgt.shape)}"
+            )
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ValueError(
+                f"src and tgt must have d_model={self.d_model} features, got {tuple(src.shape)} "
+                f"and {tuple(tgt.shape)}"
+            )
+        memory = self.encode(src, src_mask, src_key_padding_mask, src_is_causal)
+        return self.decode(
+            tgt,
+            memory,
+            tgt_mask,
+            memory_mask,
+            tgt_key_padding_mask,
+            memory_key_padding_mask,
+            tgt_is_causal,
+            memory_is_causal,
+        )
