@@ -317,3 +317,25 @@ def test_tiled_dropout_backward_matches_its_own_forward(small_blocks) -> None:
     torch.testing.assert_close(grad_v[0, 0, :, 0], dropped[0, 0].sum(0), rtol=0, atol=1e-12)
     kept = (dropped > 0).double().mean().item()
     assert 0.55 < kept < 0.85  # ~0.7 of the weights survive
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_one_dimensional_key_mask(backend: str) -> None:
+    """A ``[N]`` mask broadcasts over batch, heads and queries on every backend."""
+    q, k, v = (torch.randn(2, 2, x, 4, dtype=F64) for x in (3, 5, 5))
+    keys = torch.tensor([True, False, True, True, False])
+    call_weights = backend != "sdpa"
+    out = ak.attention(q, k, v, mask=keys, backend=backend, return_weights=call_weights)
+    ctx, _ = ref.attention(q, k, v, ref.scaled_dot, ref.softmax, keys.view(1, 1, 1, 5))
+    torch.testing.assert_close(out.context, ctx, rtol=0, atol=1e-12)
+
+
+def test_large_finite_float_mask_with_half_inputs() -> None:
+    """-1e5 is finite: in float16 it would round to -inf and empty the row; attnkit keeps the
+    float mask in float32 (and passes over SDPA, which would add it in half precision)."""
+    q = torch.randn(1, 2, 3, 4).half()
+    bias = torch.full((3, 3), -1e5)
+    out = ak.attention(q, q, q, mask=bias)
+    expected = ak.attention(q.float(), q.float(), q.float()).context  # a constant shift
+    torch.testing.assert_close(out.context.float(), expected, rtol=0, atol=2e-3)
+    assert "float mask with half-precision inputs" in ak.explain(q, q, q, mask=bias)

@@ -179,7 +179,7 @@ def _check_mask(
         raise ValueError(
             f"mask of shape {given} does not broadcast to the scores' shape {expected}"
         )
-    return mask
+    return mask.reshape((1,) * (4 - mask.dim()) + shape)  # 4-D, so blocks slice dims -2, -1
 
 
 def _combine(a: Tensor | None, b: Tensor | None) -> Tensor | None:
@@ -241,7 +241,10 @@ def prepare(
         else:
             # -inf entries of a float mask remove keys; finite entries are added to the scores.
             allowed = ~torch.isneginf(mask)
-            bias = torch.where(allowed, mask, torch.zeros_like(mask)).to(q.dtype)
+            # Kept in float32 for half inputs: a finite -1e5 would become -inf in float16.
+            half = q.dtype in (torch.float16, torch.bfloat16)
+            bias = torch.where(allowed, mask, torch.zeros_like(mask))
+            bias = bias.to(torch.float32 if half else q.dtype)
             if bool(allowed.all()):
                 allowed = None
     if mask_mod is not None:

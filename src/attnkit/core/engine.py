@@ -48,6 +48,7 @@ class Backend:
     score_mod: bool = True
     dropout: bool = True
     summary: bool = True
+    half_float_mask: bool = True  # adds a float mask to half-precision scores exactly
     dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
     devices: tuple[str, ...] | None = None  # device types; None: any
 
@@ -71,6 +72,9 @@ class Backend:
             why.append("dropout > 0 (attnkit's dropout draws from one seeded stream)")
         if not self.summary and call.summary is not None:
             why.append(f"summary {call.summary!r} was asked for")
+        half = call.q.dtype in (torch.float16, torch.bfloat16)
+        if not self.half_float_mask and half and call.bias is not None:
+            why.append("a float mask with half-precision inputs would be added in half precision")
         if call.q.dtype not in self.dtypes:
             why.append(f"dtype {call.q.dtype} is not supported")
         if self.devices is not None and call.q.device.type not in self.devices:
@@ -91,6 +95,7 @@ BACKENDS: list[Backend] = [
         score_mod=False,
         dropout=False,
         summary=False,
+        half_float_mask=False,
     ),
     Backend(
         "tiled",

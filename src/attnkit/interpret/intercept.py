@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from typing import Any, Protocol, TypeVar
@@ -82,7 +83,7 @@ def select_modules(model: nn.Module, modules: ModuleSelection) -> dict[nn.Module
     return chosen
 
 
-class EngineSession:
+class EngineSession(ABC):
     """Base of a context manager that intercepts the engine calls made inside selected modules.
 
     Subclasses implement :meth:`intercept`; the call is attributed to the innermost selected
@@ -104,9 +105,9 @@ class EngineSession:
         """Name of the innermost selected module now running (``None`` outside them)."""
         return self._stack[-1] if self._stack else None
 
+    @abstractmethod
     def intercept(self, name: str, call: AttentionCall, run: Run) -> AttentionOutput:
         """Compute ``call``, made inside module ``name``; ``run`` computes any call."""
-        raise NotImplementedError
 
     def _hook_modules(self) -> None:
         for module, name in self.watched.items():

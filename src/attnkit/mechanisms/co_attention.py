@@ -16,6 +16,7 @@ with no real element gives a zero context.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -97,7 +98,7 @@ def _sum(log_probs: Sequence[Tensor | None]) -> Tensor | None:
     return None if not present else torch.stack(present).sum(0)
 
 
-class _TwoSets(nn.Module):
+class _TwoSets(nn.Module, ABC):
     """Key/value projections (eq. 1) of two feature sets, input checks, and the shared ``forward``."""
 
     taxonomy: dict[str, str | list[str]]
@@ -151,8 +152,9 @@ class _TwoSets(nn.Module):
         values = (self.value_proj1(f1), self.value_proj2(f2))
         return self._co_attend(keys, values, (m1, m2), return_weights)
 
+    @abstractmethod
     def _co_attend(self, k: Pair, v: Pair, m: Masks, want_weights: bool) -> CoAttentionOutput:
-        raise NotImplementedError  # the mechanism itself, given keys, values and masks
+        """The mechanism itself, given keys, values and masks."""
 
 
 class _CoarseGrained(_TwoSets):
@@ -185,8 +187,9 @@ class _CoarseGrained(_TwoSets):
             # a score with no additive W1 q term to drop learns its query (eq. 34)
             self.query0 = nn.Parameter(torch.randn(d_query1) / math.sqrt(d_query1))
 
+    @abstractmethod
     def _query_sizes(self) -> tuple[int, int]:
-        raise NotImplementedError  # sizes of the queries of set 1 and of set 2
+        """Sizes of the queries of set 1 and of set 2."""
 
 
 class AlternatingCoAttention(_CoarseGrained):
