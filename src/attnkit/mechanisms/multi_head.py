@@ -196,7 +196,8 @@ class MultiHeadAttention(nn.Module):
         align: an alignment name or object, shared by the heads, built with ``(d_k, d_k)``.
         head_dim_k: ``d_k``, query/key size per head (default ``E // H``).
         head_dim_v: ``d_v``, value size per head (default ``E // H``).
-        attention: the attention kind (see :data:`ATTENTION_KINDS`); only ``"exact"`` for now.
+        attention: the attention kind (see :data:`ATTENTION_KINDS`): ``"exact"``, or an efficient
+                kind registered by ``attnkit.efficient`` (``"sliding_window"``, ``"linear"``, …).
         query_type: where the queries come from, in the survey's words (§3.3.1), for the
             taxonomy: ``"Self-Attentive"`` (default), ``"Basic"`` or ``"Specialized"``.
 
@@ -281,7 +282,12 @@ class MultiHeadAttention(nn.Module):
         self.head_dim_v = embed_dim // num_heads if head_dim_v is None else head_dim_v
         self.head_dim = self.head_dim_k  # torch's name: the size the scores are scaled by
         self.dropout, self.batch_first, self.add_zero_attn = dropout, batch_first, add_zero_attn
-        self.taxonomy = {"query_multiplicity": "Multi-Head", "query_type": query_type}
+        self.taxonomy: dict[str, object] = {
+            "query_multiplicity": "Multi-Head",
+            "query_type": query_type,
+        }
+        # A kind other than exact attention declares its own place (e.g. its alignment).
+        self.taxonomy |= getattr(self._attend, "taxonomy", None) or {}
 
         def empty(*shape: int) -> nn.Parameter:
             return nn.Parameter(torch.empty(*shape, device=device, dtype=dtype))

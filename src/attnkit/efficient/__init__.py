@@ -1,0 +1,62 @@
+"""Efficient (sub-quadratic) attention: sliding window, Longformer, BigBird, linear, Performer,
+Linformer, Nyström, LSH (Reformer), and Synthesizer.
+
+Every kind takes attnkit's call conventions (``q [B, H, M, d]``, ``k``/``v [B, H_kv, N, ·]`` or
+3-D; bool masks with True = may attend; bottom-right ``causal``) and returns an
+:class:`attnkit.AttentionOutput`. Importing this package registers the parameter-free kinds with
+:class:`attnkit.MultiHeadAttention` (``attention="linear"``, ...); see ``registry.py`` and
+docs/efficient.md.
+"""
+
+from attnkit.efficient.bigbird import BigBirdAttention, bigbird_attention, bigbird_blocks
+from attnkit.efficient.linear import (
+    LinearAttention,
+    LinearAttentionState,
+    linear_attention,
+    linear_attention_step,
+)
+from attnkit.efficient.linformer import LinformerAttention, linformer_attention
+from attnkit.efficient.longformer import LongformerAttention, longformer_attention
+from attnkit.efficient.lsh import LSHAttention, lsh_attention
+from attnkit.efficient.nystrom import NystromAttention, nystrom_attention
+from attnkit.efficient.performer import (
+    PerformerAttention,
+    orthogonal_gaussian,
+    performer_attention,
+)
+from attnkit.efficient.registry import (
+    EFFICIENT_KINDS,
+    MODULE_KINDS,
+    register_efficient_kinds,
+)
+from attnkit.efficient.sliding_window import SlidingWindowAttention, sliding_window_attention
+from attnkit.efficient.synthesizer import SynthesizerAttention
+
+register_efficient_kinds()
+
+__all__ = [
+    "EFFICIENT_KINDS",
+    "MODULE_KINDS",
+    "BigBirdAttention",
+    "LSHAttention",
+    "LinearAttention",
+    "LinearAttentionState",
+    "LinformerAttention",
+    "LongformerAttention",
+    "NystromAttention",
+    "PerformerAttention",
+    "SlidingWindowAttention",
+    "SynthesizerAttention",
+    "bigbird_attention",
+    "bigbird_blocks",
+    "linear_attention",
+    "linear_attention_step",
+    "linformer_attention",
+    "longformer_attention",
+    "lsh_attention",
+    "nystrom_attention",
+    "orthogonal_gaussian",
+    "performer_attention",
+    "register_efficient_kinds",
+    "sliding_window_attention",
+]

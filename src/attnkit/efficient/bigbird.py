@@ -1,0 +1,219 @@
+"""BigBird attention (Zaheer et al. 2020, "Big Bird: Transformers for Longer Sequences", §2 and
+App. D "blockified" implementation): each block of queries attends a sliding window of key
+blocks, ``g`` global blocks and ``r`` random blocks; the global blocks' queries attend every key.
+
+The sequence is cut into blocks of ``block`` positions (BigBird-ITC: the global tokens are the
+first ``global_blocks`` blocks of the sequence). Query block ``i`` attends key blocks
+
+    window: i - w … i + w   (w = window_blocks // 2 on each side),
+    global: 0 … g - 1,
+    random: r blocks drawn uniformly from the others (seeded: ``seed`` fixes the pattern),
+
+and a global query block attends every key block. With ``causal=True`` no query sees a later key,
+and random blocks are drawn from earlier blocks only. The computation is block-sparse: for each of
+the ``K = 2w + 1 + g + r`` slots the keys of one block per query block are gathered, so the scores
+held are ``[B, H, N/b, b, K·b]``: O(N·K·b) memory, never N × N. :func:`bigbird_blocks` returns the
+pattern, from which the equivalent dense mask is built (and the tests do so).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.core.align import Align
+from attnkit.core.call import AttentionOutput
+from attnkit.core.engine import attention
+from attnkit.core.scores import Score
+from attnkit.efficient._inputs import check_call, check_positive_int, masked_softmax
+from attnkit.efficient.sliding_window import _gather_keys
+
+TAXONOMY: dict[str, str | list[str]] = {
+    "scoring": "Scaled-Multiplicative",
+    "alignment": ["Local", "Global"],
+}
+
+
+def bigbird_blocks(
+    num_blocks: int,
+    *,
+    window_blocks: int = 3,
+    global_blocks: int = 1,
+    random_blocks: int = 2,
+    causal: bool = False,
+    seed: int = 0,
+) -> Tensor:
+    """The key blocks each query block attends: long ``[num_blocks, K]``, ``-1`` = empty slot.
+
+    Rows of global query blocks are left empty here (they attend every key, computed densely).
+    """
+    if window_blocks < 1 or window_blocks % 2 == 0:
+        raise ValueError(f"window_blocks must be odd and >= 1, got {window_blocks}")
+    if global_blocks < 0 or random_blocks < 0:
+        raise ValueError(
+            f"global_blocks and random_blocks must be >= 0, got {global_blocks}, {random_blocks}"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    half = window_blocks // 2
+    width = window_blocks + global_blocks + random_blocks
+    table = torch.full((num_blocks, width), -1, dtype=torch.long)
+    for i in range(global_blocks, num_blocks):
+        last = i if causal else num_blocks - 1
+        chosen = [j for j in range(i - half, i + half + 1) if 0 <= j <= last]
+        chosen += [j for j in range(min(global_blocks, last + 1)) if j not in chosen]
+        others = [j for j in range(last + 1) if j not in chosen]
+        if others and random_blocks:
+            pick = torch.randperm(len(others), generator=generator)[:random_blocks]
+            chosen += [others[p] for p in sorted(pick.tolist())]
+        table[i, : len(chosen)] = torch.tensor(chosen, dtype=torch.long)
+    return table
+
+
+def bigbird_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    block: int = 64,
+    window_blocks: int = 3,
+    global_blocks: int = 1,
+    random_blocks: int = 2,
+    seed: int = 0,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    score: str | Score | None = None,
+    align: str | Align | None = None,
+    dropout: float = 0.0,
+    return_weights: bool = False,
+) -> AttentionOutput:
+    """Block-sparse window + global + random attention (self-attention: ``M == N``).
+
+    Args:
+        q, k, v: ``[B, H, L, d]``, ``[B, H_kv, L, d]``, ``[B, H_kv, L, d_v]`` (or 3-D).
+        block: positions per block ``b`` (the last block may be shorter).
+        window_blocks: odd number of key blocks in the sliding window (3 in the paper).
+        global_blocks: ``g``, leading blocks that attend and are attended by all.
+        random_blocks: ``r`` random key blocks per query block.
+        seed: fixes the random blocks (same pattern on every call with this seed).
+        mask: bool (True = may attend) or 0/-inf float, broadcastable to ``[B, H, L, L]``.
+        causal: no query sees a later key.
+        scale, score, align, dropout: ``scaled_dot``/``dot``, ``softmax``, 0 only.
+        return_weights: ignored (``weights`` is ``None``).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
+
+    Example::
+
+        >>> x = torch.randn(1, 2, 1024, 16)
+        >>> bigbird_attention(x, x, x, block=64).context.shape
+        torch.Size([1, 2, 1024, 16])
+    """
+    block = check_positive_int("block", block)
+    call = check_call(
+        "bigbird",
+        q,
+        k,
+        v,
+        score=score,
+        align=align,
+        mask=mask,
+        causal=causal,
+        scale=scale,
+        dropout=dropout,
+    )
+    b, h, m, n = call.shape
+    if m != n:
+        raise ValueError(
+            f"bigbird attention is self-attention: queries and keys must have one length, "
+            f"got M={m}, N={n}"
+        )
+    if n == 0:
+        return call.output(call.q.new_zeros(b, h, 0, call.v.shape[-1]))
+    nb = math.ceil(n / block)
+    table = bigbird_blocks(
+        nb,
+        window_blocks=window_blocks,
+        global_blocks=global_blocks,
+        random_blocks=random_blocks,
+        causal=call.causal,
+        seed=seed,
+    ).to(call.q.device)
+    pad = nb * block - n
+    d, dv = call.q.shape[-1], call.v.shape[-1]
+    qb = F.pad(call.q, (0, 0, 0, pad)).view(b, h, nb, block, d)
+    kb = F.pad(call.k, (0, 0, 0, pad)).view(b, h, nb, block, d)
+    vb = F.pad(call.v, (0, 0, 0, pad)).view(b, h, nb, block, dv)
+    slots = table.clamp_min(0)  # [nb, K]
+    # One gathered key block per query block and slot: O(N·d) per slot, never N × N.
+    scores = (
+        torch.cat([qb @ kb[:, :, slots[:, s]].transpose(-1, -2) for s in range(slots.shape[1])], -1)
+        * call.scale
+    )  # [B, H, nb, b, K·b]
+
+    offsets = torch.arange(block, device=call.q.device)
+    key_idx = (slots[:, :, None] * block + offsets).flatten(1)  # [nb, K·b]
+    allowed = ((table >= 0)[:, :, None].expand(-1, -1, block).flatten(1)) & (key_idx < n)
+    allowed = allowed[:, None, :]  # [nb, 1, K·b]
+    if call.causal:
+        query_idx = torch.arange(nb, device=call.q.device)[:, None] * block + offsets  # [nb, b]
+        allowed = allowed & (key_idx[:, None, :] <= query_idx[:, :, None])
+    if call.mask is not None:
+        allowed = allowed & _gather_keys(call.mask, key_idx.clamp(max=n - 1), m, block)
+    weights = masked_softmax(scores, allowed)
+    context = weights[..., :block] @ vb[:, :, slots[:, 0]]
+    for s in range(1, slots.shape[1]):
+        context = context + weights[..., s * block : (s + 1) * block] @ vb[:, :, slots[:, s]]
+    context = context.reshape(b, h, nb * block, dv)[:, :, :n]
+
+    rows = min(global_blocks * block, n)
+    if rows:  # global query blocks attend every key: dense rows, O(g·b·N)
+        dense_mask = (
+            None
+            if call.mask is None
+            else call.mask[..., :rows, :]
+            if call.mask.shape[-2] != 1
+            else call.mask
+        )
+        if call.causal:
+            tri = torch.ones(rows, n, dtype=torch.bool, device=call.q.device).tril()
+            dense_mask = tri if dense_mask is None else dense_mask & tri
+        top = attention(call.q[:, :, :rows], call.k, call.v, mask=dense_mask, scale=call.scale)
+        context = torch.cat([top.context, context[:, :, rows:]], 2)
+    return call.output(context)
+
+
+bigbird_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
+
+
+class BigBirdAttention(nn.Module):
+    """Module form of :func:`bigbird_attention` with a fixed pattern (``seed``)."""
+
+    taxonomy = TAXONOMY
+
+    def __init__(
+        self,
+        block: int = 64,
+        window_blocks: int = 3,
+        global_blocks: int = 1,
+        random_blocks: int = 2,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.options = {
+            "block": check_positive_int("block", block),
+            "window_blocks": window_blocks,
+            "global_blocks": global_blocks,
+            "random_blocks": random_blocks,
+            "seed": seed,
+        }
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
+        return bigbird_attention(q, k, v, **self.options, **options)  # type: ignore[arg-type]
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{key}={value}" for key, value in self.options.items())

@@ -1,0 +1,212 @@
+"""Performer attention, FAVOR+ (Choromanski et al. 2021, "Rethinking Attention with Performers",
+§2-3, Lemma 1): softmax attention estimated without bias by positive orthogonal random features.
+
+With ``x`` scaled by ``scale^(1/2)`` (so ``exp(x_q·x_k) = exp(scale·q·k)``, the softmax kernel),
+
+    φ(x) = exp(ω_r·x - |x|²/2) / sqrt(m),   r = 1 … m                          (Lemma 1, eq. 7)
+
+gives ``E[φ(q)·φ(k)] = exp(q·k)`` for ``ω_r ~ N(0, I_d)``; drawing the ``ω_r`` in blocks of ``d``
+exactly orthogonal rows, each rescaled to a ``χ_d``-distributed norm, keeps every marginal Gaussian
+and lowers the variance (§2.4, Theorem 2). The features then go through the linear-attention
+computation (:func:`attnkit.efficient.linear.kernel_attention`, causal by prefix sums, §2.5).
+
+Numerical stability: each query's features are divided by their row maximum (it cancels between
+numerator and denominator); in non-causal attention the keys' by the maximum over all keys of a
+head (also cancels; detached, as in the authors' code). Causal attention does not shift the keys,
+so no later key influences an earlier output even by rounding; ``ω·x - |x|²/2 <= |ω|²/2``
+bounds their exponent.
+
+Feature redraw (§4.2 of the paper, "redrawing features"): :class:`PerformerAttention` keeps its
+projection ``ω [m, d]`` as a buffer, redrawn by :meth:`~PerformerAttention.redraw_features` when the
+training loop asks (and every ``redraw_interval`` training calls if given).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.core.align import Align
+from attnkit.core.call import AttentionOutput
+from attnkit.core.scores import Score
+from attnkit.efficient._inputs import check_call, check_positive_int
+from attnkit.efficient.linear import kernel_attention
+
+TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Global"}
+
+
+def orthogonal_gaussian(
+    num_features: int,
+    dim: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """``ω [m, d]``: blocks of ``d`` orthonormal rows (QR of a Gaussian matrix), each row rescaled
+    to the norm of an independent ``N(0, I_d)`` vector (Choromanski et al. §2.4)."""
+    num_features = check_positive_int("num_features", num_features)
+    dim = check_positive_int("dim", dim)
+    blocks = []
+    for _ in range(math.ceil(num_features / dim)):
+        gaussian = torch.randn(dim, dim, generator=generator, dtype=torch.float64)
+        q, r = torch.linalg.qr(gaussian)
+        q = q * torch.sign(torch.diagonal(r))  # the Haar-uniform orthogonal matrix
+        blocks.append(q.T)
+    rows = torch.cat(blocks)[:num_features]
+    norms = torch.randn(num_features, dim, generator=generator, dtype=torch.float64).norm(dim=-1)
+    return (rows * norms[:, None]).to(device=device, dtype=dtype)
+
+
+def favor_features(
+    x: Tensor, projection: Tensor, *, stabilise: str, keep: Tensor | None = None
+) -> Tensor:
+    """Positive random features ``φ(x) [..., L, m]`` of ``x [..., L, d]`` (already scaled).
+
+    ``stabilise``: ``"row"`` divides each row by its maximum (queries), ``"all"`` by the maximum
+    over the last two axes (non-causal keys; only the rows ``keep [..., L, 1]`` count, so a
+    masked-out key cannot push the others' features to zero), ``"none"`` leaves them (causal keys).
+    """
+    m = projection.shape[0]
+    logits = x @ projection.to(x.dtype).T - (x * x).sum(-1, keepdim=True) / 2  # [..., L, m]
+    if stabilise == "row":
+        logits = logits - logits.amax(-1, keepdim=True).detach()
+    elif stabilise == "all" and logits.shape[-2] > 0:
+        counted = logits if keep is None else logits.masked_fill(~keep, float("-inf"))
+        top = counted.amax((-1, -2), keepdim=True).detach()
+        logits = logits - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    return torch.exp(logits) / math.sqrt(m)
+
+
+def performer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    projection: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    chunk: int = 64,
+    scale: float | None = None,
+    score: str | Score | None = None,
+    align: str | Align | None = None,
+    dropout: float = 0.0,
+    return_weights: bool = False,
+) -> AttentionOutput:
+    """FAVOR+ estimate of ``softmax(scale·q·k^T) v`` with the random features ``projection``.
+
+    Args:
+        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
+        projection: ``ω [m, d]`` (e.g. :func:`orthogonal_gaussian`); more features, less error.
+        mask: key-padding only: bool (True = may attend) broadcastable to ``[B, H, 1, N]``.
+        causal: bottom-right causal (prefix sums, §2.5 of the paper).
+        chunk: positions per chunk of the causal prefix sums.
+        scale: of the estimated scores (default ``1/sqrt(d)``).
+        score, align, dropout: ``scaled_dot``/``dot``, ``softmax``, 0 only.
+        return_weights: ignored (``weights`` is ``None``).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
+    Example::
+
+        >>> omega = orthogonal_gaussian(256, 16, generator=torch.Generator().manual_seed(0))
+        >>> x = torch.randn(1, 2, 1024, 16)
+        >>> performer_attention(x, x, x, projection=omega, causal=True).context.shape
+        torch.Size([1, 2, 1024, 16])
+    """
+    chunk = check_positive_int("chunk", chunk)
+    call = check_call(
+        "performer",
+        q,
+        k,
+        v,
+        score=score,
+        align=align,
+        mask=mask,
+        causal=causal,
+        scale=scale,
+        dropout=dropout,
+    )
+    d = call.q.shape[-1]
+    if not isinstance(projection, Tensor) or projection.dim() != 2 or projection.shape[1] != d:
+        given = tuple(projection.shape) if isinstance(projection, Tensor) else type(projection)
+        raise ValueError(f"projection must be [num_features, d={d}], got {given}")
+    root = math.sqrt(call.scale)
+    phi_q = favor_features(call.q * root, projection, stabilise="row")
+    key_mask = call.key_mask("performer")
+    keep = None if key_mask is None else key_mask.transpose(-1, -2)  # [B', H', N, 1]
+    stabilise = "none" if call.causal else "all"
+    phi_k = favor_features(call.k * root, projection, stabilise=stabilise, keep=keep)
+    context = kernel_attention(
+        phi_q, phi_k, call.v, causal=call.causal, key_mask=key_mask, chunk=chunk
+    )
+    return call.output(context)
+
+
+performer_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
+
+
+class PerformerAttention(nn.Module):
+    """FAVOR+ attention with its random features kept as a buffer (redrawn on demand).
+
+    Args:
+        head_dim: ``d``, the query/key size per head.
+        num_features: ``m`` random features (the paper uses ``m = d·log d`` as a default order).
+        redraw_interval: in training mode, redraw the features every this many calls
+            (``None``: only when :meth:`redraw_features` is called).
+        generator: source of the initial features (default: torch's global RNG).
+    """
+
+    taxonomy = TAXONOMY
+    projection: Tensor
+
+    def __init__(
+        self,
+        head_dim: int,
+        num_features: int = 256,
+        *,
+        redraw_interval: int | None = None,
+        chunk: int = 64,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        self.num_features = check_positive_int("num_features", num_features)
+        if redraw_interval is not None:
+            check_positive_int("redraw_interval", redraw_interval)
+        self.redraw_interval = redraw_interval
+        self.chunk = check_positive_int("chunk", chunk)
+        self.calls_since_redraw = 0
+        self.register_buffer(
+            "projection", orthogonal_gaussian(num_features, head_dim, generator=generator)
+        )
+
+    @torch.no_grad()
+    def redraw_features(self, generator: torch.Generator | None = None) -> None:
+        """Draw new orthogonal random features in place."""
+        new = orthogonal_gaussian(self.num_features, self.head_dim, generator=generator)
+        self.projection.copy_(new)
+        self.calls_since_redraw = 0
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
+        if self.training and self.redraw_interval is not None:
+            if self.calls_since_redraw >= self.redraw_interval:
+                self.redraw_features()
+            self.calls_since_redraw += 1
+        return performer_attention(
+            q,
+            k,
+            v,
+            projection=self.projection,
+            chunk=self.chunk,
+            **options,  # type: ignore[arg-type]
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, num_features={self.num_features}, "
+            f"redraw_interval={self.redraw_interval}"
+        )

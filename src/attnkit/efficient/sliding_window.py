@@ -1,0 +1,242 @@
+"""Sliding-window (local, banded) attention, computed in bands: O(M·w) memory, never M×N.
+
+Each query attends only the keys within a window around its own position (the local attention of
+Longformer, Beltagy et al. 2020, "Longformer: The Long-Document Transformer", §3.1; Child et al.
+2019's local pattern). Query ``i`` stands at key position ``p = i + N - M`` (bottom-right, as
+attnkit's causal masks) and sees key ``j`` when
+
+- ``causal=True``:  ``p - w < j <= p``          (exactly ``w`` keys, itself included; the same keys
+  as ``ak.masks.sliding_window(M, N, w)``),
+- ``causal=False``: ``p - w < j < p + w``        (``2w - 1`` keys centred on ``p``).
+
+How it is computed (why it is O(M·w)): queries are cut into blocks of ``T``; block ``n`` meets only
+the ``R`` key blocks ``n + r`` for ``r`` in ``-ceil(left/T) … ceil(right/T)`` (gathered once per
+query block, ``[M/T, B, H, R·T, d]``), so the scores held at once are ``[M/T, B, H, T, R·T]``
+with ``R·T ≈ w + 2T`` per query (``T`` <= 64). Positions of a band outside the window or outside ``0 … N-1`` are
+masked. The reference it equals is the masked dense formula::
+
+    allowed = ak.masks.sliding_window(M, N, w)          # causal=True
+    ak.attention(q, k, v, mask=allowed & user_mask)
+
+Einsum letters: B batch, H heads, n query block, t query in block, s key in band, d features.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.core.align import Align
+from attnkit.core.call import AttentionOutput
+from attnkit.core.scores import Score
+from attnkit.efficient._inputs import check_call, check_positive_int, masked_softmax
+
+TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Local"}
+
+
+def _gather_keys(mask: Tensor, index: Tensor, rows: int, block: int) -> Tensor:
+    """The user's ``mask [B', H', M' (1 or M), N' (1 or N)]`` at key indices ``index [n, s]`` for
+    every query block: ``[B', H', n, T or 1, s]``."""
+    nb, width = index.shape
+    if mask.shape[-1] != 1:
+        lead = mask.shape[:2]
+        if mask.shape[-2] == 1:
+            picked = mask[..., 0, :].gather(-1, index.reshape(1, 1, -1).expand(*lead, -1))
+            return picked.view(*lead, nb, 1, width)
+        padded = F.pad(mask, (0, 0, 0, nb * block - rows))  # [B', H', nb·T, N]
+        padded = padded.view(*lead, nb, block, mask.shape[-1])
+        return padded.gather(-1, index.view(1, 1, nb, 1, width).expand(*lead, nb, block, width))
+    if mask.shape[-2] == 1:
+        return mask.unsqueeze(-3)  # [B', H', 1, 1, 1]
+    padded = F.pad(mask, (0, 0, 0, nb * block - rows))
+    return padded.view(*mask.shape[:2], nb, block, 1)
+
+
+def _block_major(x: Tensor, block: int) -> Tensor:
+    """``[B, H, n·T, ·]`` → contiguous ``[n, B, H, T, ·]``."""
+    b, h, length, d = x.shape
+    return x.view(b, h, length // block, block, d).permute(2, 0, 1, 3, 4).contiguous()
+
+
+def _band(x: Tensor, start: int, n_blocks: int, reach: int) -> Tensor:
+    """Blocks ``start + n … start + n + reach - 1`` of block-major ``x [n', B, H, T, d]`` for
+    every ``n < n_blocks``, concatenated: ``[n_blocks, B, H, reach·T, d]``."""
+    windows = x[start : start + n_blocks + reach - 1].unfold(0, reach, 1)  # [n, B, H, T, d, R]
+    n, b, h, t, d, r = windows.shape
+    return windows.permute(0, 1, 2, 5, 3, 4).reshape(n, b, h, r * t, d)
+
+
+def banded_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    left: int,
+    right: int,
+    scale: float,
+    mask: Tensor | None = None,
+    excluded_keys: Tensor | None = None,
+    extra_scores: Tensor | None = None,
+    extra_values: Tensor | None = None,
+    block: int | None = None,
+) -> Tensor:
+    """Softmax attention of query ``i`` (position ``p = i + N - M``) over keys ``p - left … p +
+    right`` (and, optionally, extra keys shared by every query), blockwise: O(M·(left+right)).
+
+    Args:
+        q, k, v: ``[B, H, M, d]``, ``[B, H, N, d]``, ``[B, H, N, d_v]``.
+        left, right: how far the band reaches before and after the query's position (>= 0).
+        scale: multiplies ``q·k``.
+        mask: bool, broadcastable to ``[B, H, M, N]``, True = may attend.
+        excluded_keys: bool ``[B, N]``: keys removed from the band (attended elsewhere, e.g. as
+            the extra keys, so they are not counted twice).
+        extra_scores: ``[B, H, M, G]`` scores of ``G`` extra keys, ``-inf`` where not admissible;
+            they share each query's softmax with its band.
+        extra_values: ``[B, H, G, d_v]`` the extra keys' values.
+        block: queries per block ``T`` (default: from the band width).
+
+    Returns:
+        context ``[B, H, M, d_v]``; a query with no admissible key gets zeros.
+    """
+    b, h, m, _ = q.shape
+    n = k.shape[-2]
+    if m == 0 or n == 0:
+        return q.new_zeros(b, h, m, v.shape[-1])
+    t_len = block or min(64, max(8, left + right + 1))
+    offset = n - m
+    n_blocks = math.ceil(m / t_len)
+    lb, rb = math.ceil(left / t_len), math.ceil(right / t_len)
+    reach = lb + rb + 1  # key blocks each query block meets
+    # Pad keys so that the key block holding query block n's own positions starts at a block
+    # boundary, with lb whole blocks before it: key block n + c + r is then a view.
+    align_pad = (-offset) % t_len
+    pad_left = align_pad + lb * t_len
+    first = (offset + align_pad) // t_len + lb  # c: key block of query block 0's positions
+    # first may be negative when M > N (queries before any key); shift with extra left blocks.
+    extra_blocks = max(0, -(first - lb))
+    pad_left += extra_blocks * t_len
+    first += extra_blocks
+    n_key_blocks = max(first + rb + n_blocks, math.ceil((n + pad_left) / t_len))
+    pad_right = n_key_blocks * t_len - n - pad_left
+
+    # Block-major layout [n, B, H, T, d] (one copy of q, k, v): a run of key blocks is then a
+    # contiguous view, so the batched products need no per-matrix copies.
+    qb = _block_major(F.pad(q, (0, 0, 0, n_blocks * t_len - m)), t_len)
+    kb = _block_major(F.pad(k, (0, 0, pad_left, pad_right)), t_len)
+    vb = _block_major(F.pad(v, (0, 0, pad_left, pad_right)), t_len)
+    # Each query block's band of R key blocks, gathered once ([n, B, H, R·T, d]; as large as the
+    # scores when T ≈ d): one batched product each way, and unfold's backward is one fold.
+    band_k = _band(kb, first - lb, n_blocks, reach)
+    band_v = _band(vb, first - lb, n_blocks, reach)
+    scores = (qb @ band_k.transpose(-1, -2)) * scale  # [nb, B, H, T, R·T]
+
+    # Which band entries are admissible: the window, the key range, the user's mask.
+    device = q.device
+    rel_block = torch.arange(-lb, rb + 1, device=device).repeat_interleave(t_len)  # [R·T]
+    s_in = torch.arange(t_len, device=device).repeat(reach)
+    t_in = torch.arange(t_len, device=device)
+    rel = rel_block * t_len + s_in - t_in[:, None]  # j - p, [T, R·T]
+    allowed = (rel >= -left) & (rel <= right)
+    block_idx = torch.arange(n_blocks, device=device)[:, None]
+    key_idx = (block_idx + first + rel_block) * t_len + s_in - pad_left  # [nb, R·T]
+    in_range = (key_idx >= 0) & (key_idx < n)
+    allowed = (allowed & in_range[:, None, :])[:, None, None]  # [nb, 1, 1, T, R·T]
+    safe_idx = key_idx.clamp(0, n - 1)
+    if mask is not None:
+        allowed = allowed & _gather_keys(mask, safe_idx, m, t_len).permute(2, 0, 1, 3, 4)
+    if excluded_keys is not None:
+        dropped = excluded_keys.gather(-1, safe_idx.reshape(1, -1).expand(b, -1))
+        allowed = allowed & ~dropped.view(b, 1, n_blocks, 1, reach * t_len).permute(2, 0, 1, 3, 4)
+
+    if extra_scores is not None and extra_values is not None:
+        g = extra_scores.shape[-1]
+        extra = F.pad(extra_scores, (0, 0, 0, n_blocks * t_len - m), value=float("-inf"))
+        extra = _block_major(extra, t_len)  # [nb, B, H, T, G]
+        weights = masked_softmax(
+            torch.cat([scores.masked_fill(~allowed, -math.inf), extra], -1), None
+        )
+        w_band, w_extra = weights.split([reach * t_len, g], dim=-1)
+        context = torch.einsum("nbhtg,bhgd->nbhtd", w_extra, extra_values) + w_band @ band_v
+    else:
+        context = masked_softmax(scores, allowed) @ band_v
+    return context.permute(1, 2, 0, 3, 4).reshape(b, h, n_blocks * t_len, -1)[:, :, :m]
+
+
+def sliding_window_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    score: str | Score | None = None,
+    align: str | Align | None = None,
+    dropout: float = 0.0,
+    return_weights: bool = False,
+) -> AttentionOutput:
+    """Local attention in a sliding window of ``window`` keys (see the module doc for exactly
+    which keys), computed banded.
+
+    Args:
+        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
+        window: ``w`` (>= 1): causal: the ``w`` keys ending at the query's position;
+            non-causal: ``w - 1`` keys on each side plus its own.
+        mask: bool (True = may attend) or 0/-inf float, broadcastable to ``[B, H, M, N]``.
+        causal: see ``window``.
+        scale: multiplies ``q·k`` (default ``1/sqrt(d)`` for ``scaled_dot``).
+        score, align, dropout: as :func:`attnkit.attention`, restricted to ``scaled_dot``/``dot``,
+            ``softmax``, 0.
+        return_weights: ignored (weights are not formed; ``weights`` is ``None``).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]`` only.
+
+    Example::
+
+        >>> q = torch.randn(1, 2, 1000, 16)
+        >>> sliding_window_attention(q, q, q, window=32, causal=True).context.shape
+        torch.Size([1, 2, 1000, 16])
+    """
+    window = check_positive_int("window", window)
+    call = check_call(
+        "sliding_window",
+        q,
+        k,
+        v,
+        score=score,
+        align=align,
+        mask=mask,
+        causal=causal,
+        scale=scale,
+        dropout=dropout,
+    )
+    right = 0 if call.causal else window - 1
+    context = banded_attention(
+        call.q, call.k, call.v, left=window - 1, right=right, scale=call.scale, mask=call.mask
+    )
+    return call.output(context)
+
+
+sliding_window_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
+
+
+class SlidingWindowAttention(nn.Module):
+    """Module form of :func:`sliding_window_attention` with a fixed ``window``; called with the
+    signature of an attention kind (``forward(q, k, v, *, mask, causal, ...)``)."""
+
+    taxonomy = TAXONOMY
+
+    def __init__(self, window: int) -> None:
+        super().__init__()
+        self.window = check_positive_int("window", window)
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
+        return sliding_window_attention(q, k, v, window=self.window, **options)  # type: ignore[arg-type]
+
+    def extra_repr(self) -> str:
+        return f"window={self.window}"

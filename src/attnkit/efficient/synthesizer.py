@@ -1,0 +1,166 @@
+"""Synthesizer attention (Tay et al. 2021, "Synthesizer: Rethinking Self-Attention for Transformer
+Models", §3): attention weights *synthesized* without query-key dot products.
+
+- Dense (§3.1, eq. 1-2): each position's row of scores from its own vector by a two-layer MLP,
+  ``B_i = W_2 σ_R(W_1 X_i + b_1) + b_2 ∈ R^l``; ``Y = softmax(B) G(X)``. In the survey's terms
+  this is a location-based score: computed from the query alone.
+- Random (§3.2, eq. 3): one learned matrix ``R ∈ R^{l×l}`` per head, independent of the input
+  (``trainable=False`` keeps it fixed: the paper's "Fixed Random").
+- Factorized (§3.3): dense: ``A = F_A(X_i) ∈ R^a``, ``B = F_B(X_i) ∈ R^b`` with ``a·b = l``, scores
+  ``H_A(A) * H_B(B)`` where ``H_A`` repeats ``A`` ``b`` times and ``H_B`` tiles ``B`` ``a``
+  times; random: ``R = R_1 R_2^T`` with ``R_1, R_2 ∈ R^{l×k}`` (low rank ``k``).
+
+``l`` is a fixed maximum length; a sequence of ``N <= l`` keys uses the first ``N`` score columns
+(and, for random, the first ``M`` rows), a longer one is refused. Scores are ``[B, H, M, N]``, so
+this kind is not sub-quadratic; it is here because it replaces the dot product, not to save
+memory. Masks (any shape) and bottom-right causal masking apply to the synthesized scores.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.core.align import Align
+from attnkit.core.call import AttentionOutput
+from attnkit.core.masks import causal as causal_mask
+from attnkit.core.scores import Score
+from attnkit.efficient._inputs import check_call, check_positive_int, masked_softmax
+
+TAXONOMY: dict[str, str | list[str]] = {"scoring": "Location", "alignment": "Global"}
+KINDS = ("dense", "random")
+
+
+class SynthesizerAttention(nn.Module):
+    """Dense or random Synthesizer attention, optionally factorized, for ``num_heads`` heads.
+
+    Args:
+        kind: ``"dense"`` (scores from each query by an MLP) or ``"random"`` (learned matrix).
+        max_length: ``l``, the longest key sequence accepted (and, random, query sequence).
+        num_heads: ``H`` (dense: the MLP is per head; random: one matrix per head).
+        head_dim: ``d``, the query size per head (dense only).
+        hidden: MLP width ``d_h`` (dense; default ``d``).
+        factorized: dense: ``a`` (a divisor of ``l``; ``b = l / a``); random: rank ``k``.
+            ``None``: not factorized.
+        trainable: random only: learn ``R`` (False: the paper's fixed random synthesizer).
+
+    Called as an attention kind: ``forward(q, k, v, *, mask, causal, ...)``; ``k`` is not used
+    (the scores do not depend on the keys), ``q [B, H, M, d]``, ``v [B, H_kv, N, d_v]``.
+    """
+
+    taxonomy = TAXONOMY
+
+    def __init__(
+        self,
+        kind: str,
+        max_length: int,
+        num_heads: int,
+        head_dim: int | None = None,
+        *,
+        hidden: int | None = None,
+        factorized: int | None = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__()
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        self.kind = kind
+        self.max_length = check_positive_int("max_length", max_length)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.factorized = (
+            None if factorized is None else check_positive_int("factorized", factorized)
+        )
+        lmax, h = max_length, num_heads
+        if kind == "dense":
+            if head_dim is None:
+                raise ValueError("a dense synthesizer needs head_dim (the query size per head)")
+            d = check_positive_int("head_dim", head_dim)
+            width = hidden or d
+            if factorized is not None and lmax % factorized:
+                raise ValueError(
+                    f"factorized dense synthesizer needs a = factorized dividing max_length "
+                    f"({lmax}), got {factorized}"
+                )
+            out = lmax if factorized is None else factorized + lmax // factorized
+            self.w1 = nn.Parameter(torch.randn(h, d, width) / math.sqrt(d))
+            self.b1 = nn.Parameter(torch.zeros(h, width))
+            self.w2 = nn.Parameter(torch.randn(h, width, out) / math.sqrt(width))
+            self.b2 = nn.Parameter(torch.zeros(h, out))
+        elif factorized is None:
+            self.r = nn.Parameter(torch.randn(h, lmax, lmax) / math.sqrt(lmax), trainable)
+        else:
+            k = factorized
+            self.r1 = nn.Parameter(torch.randn(h, lmax, k) / k**0.25, trainable)
+            self.r2 = nn.Parameter(torch.randn(h, lmax, k) / k**0.25, trainable)
+
+    def scores(self, q: Tensor, m: int, n: int) -> Tensor:
+        """The synthesized scores ``[B, H, M, N]`` (random: ``[1, H, M, N]``)."""
+        if self.kind == "dense":
+            hidden = torch.relu(torch.einsum("bhmd,hde->bhme", q, self.w1) + self.b1[:, None])
+            out = torch.einsum("bhme,heo->bhmo", hidden, self.w2) + self.b2[:, None]
+            if self.factorized is not None:
+                a = self.factorized
+                part_a, part_b = out.split([a, self.max_length // a], -1)
+                # H_A repeats each of A's entries b times; H_B tiles B a times (§3.3).
+                out = part_a.repeat_interleave(self.max_length // a, -1) * part_b.repeat(1, 1, 1, a)
+            return out[..., :n]
+        if self.factorized is None:
+            r = self.r[:, :m, :n]
+        else:
+            r = self.r1[:, :m] @ self.r2[:, :n].transpose(-1, -2)
+        return r.unsqueeze(0)
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        scale: float | None = None,
+        score: str | Score | None = None,
+        align: str | Align | None = None,
+        dropout: float = 0.0,
+        return_weights: bool = False,
+    ) -> AttentionOutput:
+        """``softmax(B) V`` with synthesized scores ``B`` (eq. 2); ``weights [B, H, M, N]`` when
+        ``return_weights``."""
+        call = check_call(
+            "synthesizer",
+            q,
+            k,
+            v,
+            score=score,
+            align=align,
+            mask=mask,
+            causal=causal,
+            scale=scale,
+            dropout=dropout,
+        )
+        b, h, m, n = call.shape
+        if h != self.num_heads:
+            raise ValueError(f"synthesizer was built for {self.num_heads} heads, got q with {h}")
+        longest = max(n, m) if self.kind == "random" else n
+        if longest > self.max_length:
+            raise ValueError(
+                f"synthesizer was built for at most {self.max_length} positions, got M={m}, N={n}"
+            )
+        allowed = call.mask
+        if call.causal:
+            tri = causal_mask(m, n, call.q.device)
+            allowed = tri if allowed is None else allowed & tri
+        weights = masked_softmax(self.scores(call.q, m, n), allowed)
+        context = weights @ call.v
+        weights = weights.expand(b, h, m, n)  # random: one matrix for the whole batch
+        if call.three_d:
+            context, weights = context.squeeze(1), weights.squeeze(1)
+        return AttentionOutput(context=context, weights=weights if return_weights else None)
+
+    def extra_repr(self) -> str:
+        return (
+            f"kind={self.kind!r}, max_length={self.max_length}, num_heads={self.num_heads}, "
+            f"factorized={self.factorized}"
+        )

@@ -1,0 +1,48 @@
+"""Reference formulas for the efficient attention tests, from the papers and nothing else.
+
+Nothing here imports attnkit. Rows are vectors (``q [..., M, d]``, ``k [..., N, d]``,
+``v [..., N, d_v]``); masks are bool with True = may attend; a query with no admissible key gets a
+zero context. The tests run these in float64.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def softmax_attention(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float
+) -> Tensor:
+    """``softmax(scale·q k^T) v`` over the admissible keys (Vaswani et al. 2017, eq. 1)."""
+    e = (q @ k.transpose(-1, -2)) * scale
+    if allowed is not None:
+        e = e.masked_fill(~allowed, float("-inf"))
+    a = torch.softmax(e, -1)
+    a = torch.nan_to_num(a, nan=0.0)  # rows with no admissible key: softmax of all -inf
+    return a @ v
+
+
+def causal(m: int, n: int) -> Tensor:
+    """Bottom-right causal: query ``i`` sees key ``j`` when ``j <= i + n - m``."""
+    i = torch.arange(m)[:, None] + n - m
+    return torch.arange(n)[None, :] <= i
+
+
+def window(m: int, n: int, w: int, is_causal: bool) -> Tensor:
+    """Causal: ``p - w < j <= p``; else ``p - w < j < p + w`` (``p = i + n - m``)."""
+    p = torch.arange(m)[:, None] + n - m
+    j = torch.arange(n)[None, :]
+    if is_causal:
+        return (j > p - w) & (j <= p)
+    return (j > p - w) & (j < p + w)
+
+
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None) -> Tensor:
+    """Katharopoulos et al. 2020 eq. 4 with ``sim(q, k) = φ(q)·φ(k)``, ``φ = elu + 1``."""
+    a = (F.elu(q) + 1) @ (F.elu(k) + 1).transpose(-1, -2)
+    if allowed is not None:
+        a = torch.where(allowed, a, torch.zeros_like(a))
+    den = a.sum(-1, keepdim=True)
+    return torch.where(den > 0, (a @ v) / torch.where(den > 0, den, 1), 0)
