@@ -60,3 +60,23 @@ def test_unsupported_options_are_refused() -> None:
     x = torch.randn(1, 5, 32)
     with pytest.raises(ValueError, match="score"):
         mha(x, x, x)
+
+
+def test_every_kind_runs_inside_multi_head_attention() -> None:
+    """Each registered kind (functions and modules with parameters) is usable as
+    ``MultiHeadAttention(attention=NAME)``; a kind's parameters are saved with the module's."""
+    import torch
+
+    import attnkit as ak
+    from attnkit.mechanisms.multi_head import ATTENTION_FACTORIES, ATTENTION_KINDS
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 10, 16)
+    for kind in [*ATTENTION_KINDS, *ATTENTION_FACTORIES]:
+        mha = ak.MultiHeadAttention(16, 2, attention=kind, batch_first=True)
+        out, _ = mha(x, x, x, need_weights=False)
+        assert out.shape == (2, 10, 16) and torch.isfinite(out).all(), kind
+        own = [k for k in mha.state_dict() if k.startswith("_attend.")]
+        assert bool(own) == (kind in ATTENTION_FACTORIES), (kind, own)
+        out.sum().backward()
+        assert all(p.grad is not None for p in mha.parameters() if p.requires_grad), kind

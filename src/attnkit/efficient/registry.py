@@ -112,14 +112,23 @@ for _name, _fn in EFFICIENT_KINDS.items():
 
 
 def register_efficient_kinds() -> list[str]:
-    """Register every parameter-free kind with ``MultiHeadAttention`` (idempotent); returns the
-    names registered now."""
-    from attnkit.mechanisms.multi_head import ATTENTION_KINDS, register_attention_kind
+    """Register every kind with ``MultiHeadAttention`` (idempotent): the parameter-free ones as
+    functions, the ones with parameters as factories; returns the names registered now."""
+    from attnkit.mechanisms.multi_head import (
+        ATTENTION_FACTORIES,
+        ATTENTION_KINDS,
+        register_attention_kind,
+    )
 
     added = []
     for name, fn in EFFICIENT_KINDS.items():
         if ATTENTION_KINDS.get(name) is fn:
             continue
         register_attention_kind(name, fn)
+        added.append(name)
+    for name, factory in MODULE_KINDS.items():
+        if ATTENTION_FACTORIES.get(name) is factory:
+            continue
+        register_attention_kind(name, factory, factory=True)
         added.append(name)
     return added

@@ -42,16 +42,25 @@ AttentionKind = Callable[..., AttentionOutput]
 ATTENTION_KINDS: dict[str, AttentionKind] = {"exact": attention}
 
 
-def register_attention_kind(name: str, fn: AttentionKind) -> None:
-    """Make ``MultiHeadAttention(attention=name)`` run ``fn`` (see :data:`AttentionKind`)."""
-    if name in ATTENTION_KINDS:
+#: kinds with learned parameters: name → constructor ``(num_heads, head_dim_k, head_dim_v)`` of
+#: a module with the :data:`AttentionKind` signature; each ``MultiHeadAttention`` builds its own.
+ATTENTION_FACTORIES: dict[str, Callable[[int, int, int], nn.Module]] = {}
+
+
+def register_attention_kind(name: str, fn: Callable, *, factory: bool = False) -> None:
+    """Make ``MultiHeadAttention(attention=name)`` run ``fn`` (see :data:`AttentionKind`); with
+    ``factory=True``, ``fn(num_heads, head_dim_k, head_dim_v)`` builds a module per instance
+    (for kinds with learned parameters, which then appear in its ``state_dict``)."""
+    if name in ATTENTION_KINDS or name in ATTENTION_FACTORIES:
         raise ValueError(f"attention kind {name!r} is already registered")
-    ATTENTION_KINDS[name] = fn
+    (ATTENTION_FACTORIES if factory else ATTENTION_KINDS)[name] = fn
 
 
-def _attention_kind(name: str) -> AttentionKind:
+def _attention_kind(name: str, sizes: tuple[int, int, int]) -> AttentionKind:
+    if isinstance(name, str) and name in ATTENTION_FACTORIES:
+        return ATTENTION_FACTORIES[name](*sizes)
     if not isinstance(name, str) or name not in ATTENTION_KINDS:
-        valid = ", ".join(repr(k) for k in ATTENTION_KINDS)
+        valid = ", ".join(repr(k) for k in [*ATTENTION_KINDS, *ATTENTION_FACTORIES])
         raise ValueError(f"unknown attention kind {name!r}; expected one of: {valid}")
     return ATTENTION_KINDS[name]
 
@@ -273,13 +282,14 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"unknown query_type {query_type!r}; expected one of: {valid}"
             ) from None
-        self._attend = _attention_kind(attention)
         self.attention = attention
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         self.head_dim_k = embed_dim // num_heads if head_dim_k is None else head_dim_k
         self.head_dim_v = embed_dim // num_heads if head_dim_v is None else head_dim_v
+        # a module (a kind with parameters) registers as a submodule: saved with the weights
+        self._attend = _attention_kind(attention, (num_heads, self.head_dim_k, self.head_dim_v))
         self.head_dim = self.head_dim_k  # torch's name: the size the scores are scaled by
         self.dropout, self.batch_first, self.add_zero_attn = dropout, batch_first, add_zero_attn
         self.taxonomy: dict[str, object] = {
