@@ -9,6 +9,7 @@ attention call (imports, allocating the inputs, a tiny warm-up).
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -93,3 +95,57 @@ def peak_memory_mib(script: str, spec: dict, timeout: float = 1800) -> float | N
             return None
         results.append(float(done.stdout.strip().splitlines()[-1]))
     return max(0.0, results[1] - results[0])
+
+
+RESULTS = Path(__file__).resolve().parent / "results" / "benchmarks.json"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+#: the order of the sections in docs/benchmarks.md
+SECTION_ORDER = ("exact/scaled_dot", "exact/scores", "exact/memory", "exact/targets", "decode")
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def save_section(name: str, lines: list[str], targets: list, note: str = "") -> None:
+    """Keep one measured section (markdown lines and its targets) in the results file."""
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[name] = {
+        "date": str(datetime.date.today()),
+        "machine": machine(),
+        "lines": lines,
+        "targets": targets,
+        "note": note,
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=1))
+
+
+def write_docs() -> Path:
+    """docs/benchmarks.md from every section measured so far, each with its date."""
+    results = json.loads(RESULTS.read_text())
+    machines = sorted({section["machine"] for section in results.values()})
+    out = [
+        "# Benchmarks",
+        "",
+        "Machine: " + "; ".join(machines) + ".",
+        "",
+        "Times are milliseconds unless marked, medians of interleaved repetitions in one run; memory "
+        "is peak RSS beyond the inputs in MiB, in a fresh process per configuration (see "
+        "benchmarks/common.py). Compare ratios within a table, not absolute times across runs. "
+        "Reproduce: `python benchmarks/exact.py [--sections scaled_dot,scores,memory,targets]`, "
+        "`python benchmarks/decode.py`.",
+        "",
+    ]
+    targets = []
+    for name in sorted(results, key=lambda n: SECTION_ORDER.index(n) if n in SECTION_ORDER else 99):
+        section = results[name]
+        out += section["lines"]
+        out += [f"_Measured {section['date']}. {section.get('note') or ''}_".replace(" _", "_"), ""]
+        targets += section["targets"]
+    rows = [[t, v, "—" if ok is None else ("met" if ok else "**not met**")] for t, v, ok in targets]
+    out += ["## Targets", "", table(["target", "measured", "status"], rows), ""]
+    DOCS.write_text("\n".join(out))
+    return DOCS

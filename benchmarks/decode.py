@@ -43,17 +43,21 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: robust on a shared machine)"
     )
+    parser.add_argument("--repeats", type=int, help="interleaved repetitions (default 3)")
+    parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     prompts, new_tokens, repeats = ([16, 64], 8, 1) if args.quick else ([256, 1024, 4096], 128, 3)
     prompts = args.prompts or prompts
     new_tokens = args.new_tokens or new_tokens
+    repeats = args.repeats or repeats
     model = make_model(args.quick)
 
     def step(t: torch.Tensor, c: object) -> torch.Tensor:
         return model(t, caches=c)  # type: ignore[arg-type]
 
     rows = []
+    speedups: dict[int, float] = {}
     for length in prompts:
         prompt = torch.randint(0, model.vocab_size, (1, length))
         outputs: dict[str, torch.Tensor] = {}
@@ -69,16 +73,47 @@ def main() -> None:
         times = common.interleaved_medians(fns, repeats, warmup=0 if not args.quick else 1)
         same = torch.equal(outputs["cache"], outputs["no cache"])
         rate = {name: new_tokens / t for name, t in times.items()}
+        speedup = rate["cache"] / rate["no cache"]
+        speedups[length] = speedup
         rows.append(
-            f"| {length} | {new_tokens} | {rate['cache']:.1f} | {rate['no cache']:.1f} | "
-            f"{rate['cache'] / rate['no cache']:.1f}x | {'yes' if same else 'NO'} |"
+            [
+                str(length),
+                str(new_tokens),
+                f"{rate['cache']:.1f}",
+                f"{rate['no cache']:.1f}",
+                f"{speedup:.1f}x",
+                "yes" if same else "NO",
+            ]
         )
-    print(f"Decoding benchmark on: {common.machine()}\n")
-    print(
-        "| prompt | new tokens | tokens/s with cache | tokens/s without | speed-up | same tokens |"
-    )
-    print("|---|---|---|---|---|---|")
-    print("\n".join(rows))
+    header = [
+        "prompt",
+        "new tokens",
+        "tokens/s with cache",
+        "tokens/s without",
+        "speed-up",
+        "same tokens",
+    ]
+    lines = [
+        f"## Decoding with and without the KV cache ({args.threads} thread(s), "
+        f"{repeats} repetition(s))",
+        "",
+        common.table(header, rows),
+        "",
+    ]
+    print("\n".join(lines))
+    targets = []
+    if 1024 in speedups:
+        ok = speedups[1024] >= 10
+        targets.append(
+            (
+                "decoding at a 1024-token prompt: >= 10x faster with the cache",
+                f"{speedups[1024]:.1f}x",
+                ok,
+            )
+        )
+    if not args.no_write and not args.quick:
+        common.save_section("decode", lines, targets)
+        print(f"wrote {common.write_docs()}")
 
 
 if __name__ == "__main__":

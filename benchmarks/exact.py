@@ -12,7 +12,6 @@ in fresh subprocesses (see common.py).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import sys
@@ -28,7 +27,6 @@ import common
 import attnkit as ak
 
 HERE = Path(__file__).resolve()
-DOCS = HERE.parent.parent / "docs" / "benchmarks.md"
 D, HEADS, D_HIDDEN = 64, 8, 256
 
 
@@ -168,12 +166,6 @@ def fmt_mem(m: float | None) -> str:
     return "—" if m is None else f"{m:.0f}"
 
 
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def naive_bytes(spec: dict) -> float:
     """Rough size of the naive formula's score tensors, to skip what cannot fit in memory."""
     per = spec["heads"] * spec["n"] ** 2 * 4
@@ -238,7 +230,7 @@ def section_scaled_dot(sizes: list[int], repeats: int, quick: bool) -> tuple[lis
     out += [
         "## scaled_dot (B=1, H=8, d=64, fp32)",
         "",
-        table(
+        common.table(
             [
                 "n",
                 "causal",
@@ -323,7 +315,7 @@ def section_scores(sizes: list[int], repeats: int, quick: bool) -> tuple[list[st
         "## Other scores and alignments (fwd+bwd, B=1, d=64; additive d_w=256 with H=1, "
         "because the naive formula needs H·n²·d_w·4 bytes)",
         "",
-        table(
+        common.table(
             ["score", "align", "H", "n", "attnkit ms", "naive ms", "attnkit MiB", "naive MiB"], rows
         ),
         "",
@@ -360,7 +352,7 @@ def section_memory(sizes: list[int], repeats: int, quick: bool) -> tuple[list[st
     out += [
         "## Every score with softmax, fwd+bwd, H=8, d=64 (additive d_w=64)",
         "",
-        table(["score", "n", "peak MiB beyond inputs"], rows),
+        common.table(["score", "n", "peak MiB beyond inputs"], rows),
         "",
     ]
     scores_at_largest = [s for s in SCORE_NAMES if s not in SLOW_AT_LARGEST]
@@ -459,34 +451,6 @@ SECTIONS = {
     "memory": section_memory,
     "targets": section_targets,
 }
-RESULTS = HERE.parent / "results" / "exact.json"
-
-
-def write_docs(results: dict) -> str:
-    """docs/benchmarks.md from every section measured so far (each with its date and machine)."""
-    machines = sorted({section["machine"] for section in results.values()})
-    out = [
-        "# Benchmarks",
-        "",
-        "Machine: " + "; ".join(machines) + ".",
-        "",
-        "Times are milliseconds, medians of interleaved repetitions in one run; memory is peak RSS "
-        "beyond the inputs in MiB, in a fresh process per configuration (see benchmarks/common.py). "
-        "Compare ratios within a table, not absolute times across runs. Reproduce: "
-        "`python benchmarks/exact.py [--sections scaled_dot,scores,memory,targets]`.",
-        "",
-    ]
-    targets = []
-    for name in SECTIONS:
-        if name not in results:
-            continue
-        section = results[name]
-        out += section["lines"]
-        out += [f"_Measured {section['date']}. {section.get('note', '')}_".replace(" _", "_"), ""]
-        targets += section["targets"]
-    rows = [[t, v, "—" if ok is None else ("met" if ok else "**not met**")] for t, v, ok in targets]
-    out += ["## Targets", "", table(["target", "measured", "status"], rows), ""]
-    return "\n".join(out)
 
 
 def main() -> None:
@@ -501,25 +465,15 @@ def main() -> None:
         return
     sizes = [512, 1024] if args.quick else [512, 1024, 2048, 4096, 8192, 16384]
     repeats = 3 if args.quick else 5
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() and not args.quick else {}
     for name in args.sections.split(","):
         if name not in SECTIONS:
             raise SystemExit(f"unknown section {name!r}; expected one of: {', '.join(SECTIONS)}")
         lines, targets = SECTIONS[name](sizes, repeats, args.quick)
-        results[name] = {
-            "date": str(datetime.date.today()),
-            "machine": common.machine(),
-            "lines": lines,
-            "targets": targets,
-        }
         print("\n".join(lines), flush=True)
-    text = write_docs(results)
-    print(text)
+        if not args.no_write and not args.quick:
+            common.save_section(f"exact/{name}", lines, targets)
     if not args.no_write and not args.quick:
-        RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=1))
-        DOCS.write_text(text)
-        print(f"wrote {DOCS} and {RESULTS}")
+        print(f"wrote {common.write_docs()}")
 
 
 if __name__ == "__main__":
