@@ -345,11 +345,11 @@ class Location(Score):
                 f"got {n_keys}"
             )
 
-    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        return self.proj(q), k  # W_a q + b: one score per key position
-
     def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
-        e = qf[..., kv_offset : kv_offset + kf.shape[-2]]
+        # Only the rows of W_a for this block of keys: W_a q for all max_length positions at once
+        # would be an [M, max_length] tensor, as large as the scores themselves.
+        rows = slice(kv_offset, kv_offset + kf.shape[-2])
+        e = qf @ self.proj.weight[rows].T.to(qf.dtype) + self.proj.bias[rows].to(qf.dtype)
         # Keys carry no information here, but the scores must broadcast over their leading dims.
         return e.expand(*torch.broadcast_shapes(qf.shape[:-2], kf.shape[:-2]), *e.shape[-2:])
 
