@@ -107,8 +107,11 @@ class TiledPlan:
             for j, k0 in enumerate(range(0, n, self.block_k)):
                 k1 = min(n, k0 + self.block_k)
                 mask = self.call.mask_block(q0, q1, k0, k1)
-                if mask is not None and not bool(mask.any()):
-                    continue  # fully masked block: skipped, not computed
+                if mask is not None:
+                    if not bool(mask.any()):
+                        continue  # fully masked block: skipped, not computed
+                    if bool(mask.all()):
+                        mask = None  # e.g. below the causal diagonal: no masking work at all
                 yield i, q0, q1, j, k0, k1, mask
 
 
