@@ -17,7 +17,7 @@ from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.reference import attend_rows, score_features
 
 #: numbers in one block's score tensor [B, H, block, N] (times the score's elements and d_v)
-CHUNK_BUDGET = 1 << 20
+CHUNK_BUDGET = 1 << 22
 
 
 def chunk_rows(call: AttentionCall) -> int:
