@@ -12,7 +12,81 @@ from attnkit import __version__
 def _demo(args: argparse.Namespace) -> int:
     from attnkit.demo import run
 
-    return run(steps=args.steps, seed=args.seed)
+    return run(runs_dir=args.runs_dir, overrides=args.set, quiet=args.quiet)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from attnkit.config import load_config
+
+    config = load_config(args.config, args.set)  # validated before the heavy imports
+    from attnkit.train import train
+
+    run = train(
+        config,
+        runs_dir=args.runs_dir,
+        run_dir=args.run_dir,
+        resume=args.resume,
+        stop_after=args.stop_after,
+        quiet=args.quiet,
+    )
+    print(f"run directory: {run.path}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import json
+
+    from attnkit.checkpoint import atomic_write
+    from attnkit.config import load_config
+    from attnkit.train import Run, evaluate_run, load_examples
+
+    config = load_config(args.config, args.set) if args.config else None
+    run = Run.open(args.run_dir, config)
+    model, step = run.load_model(args.checkpoint)
+    examples = load_examples(run.config)
+    if args.split not in examples:
+        raise ValueError(f"--split must be one of {', '.join(examples)}, got {args.split!r}")
+    results = evaluate_run(
+        model,
+        run.vocabularies,
+        examples[args.split],
+        run.config,
+        beam_size=args.beam,
+        quiet=args.quiet,
+    )
+    results["step"] = step
+    atomic_write(run.path / f"eval-{args.split}.json", json.dumps(results, indent=1))
+    print(f"{run.path.name} step {step}, {args.split} split, {results['sentences']} sentences")
+    print(f"  BLEU        {results['bleu']:.2f}   (beam {results['beam_size']})")
+    print(f"  loss        {results['loss']:.4f}   (perplexity {results['perplexity']:.2f})")
+    if "aer" in results:
+        print(f"  AER         {results['aer']:.4f}")
+    return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from attnkit.data.tokenize import detokenize, tokenize
+    from attnkit.report import Alignment, format_matrix
+    from attnkit.train import Run, translate
+
+    run = Run.open(args.run_dir)
+    model, _ = run.load_model()
+    for sentence in args.sentences:
+        source = tokenize(sentence, "en")
+        if not source:
+            raise ValueError(f"nothing to translate in {sentence!r}")
+        [(target, weights)] = translate(
+            model,
+            run.vocabularies,
+            [source],
+            beam_size=args.beam or run.config.decode.beam_size,
+            max_length=run.config.decode.max_length,
+        )
+        print(detokenize(target, "fr"))
+        if not args.no_attention:
+            known = [w if w in run.vocabularies.source else f"{w}(unk)" for w in source]
+            print(format_matrix(Alignment(known, [*target, "<eos>"], weights)))
+    return 0
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -68,16 +142,87 @@ def _zoo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--runs-dir", default="runs", help="where run directories go (default runs)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a configuration key, e.g. --set train.steps=100",
+    )
+    parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bars")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnkit", description="Attention mechanisms in deep learning, on PyTorch."
     )
     parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="a short showcase of the attention core")
-    demo.add_argument("--steps", type=int, default=60, help="fitting steps (default 60)")
-    demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    demo = commands.add_parser(
+        "demo",
+        help="train English→French translation with Bahdanau attention (~5 min), show its "
+        "alignments",
+        description="Trains a GRU encoder–decoder with additive (Bahdanau) attention on the "
+        "bundled Tatoeba pairs, prints held-out BLEU, translates a few sentences with their "
+        "alignment matrices, and writes an HTML report and PNG heatmaps into "
+        "runs/demo-<timestamp>/.",
+    )
+    _run_options(demo)
     demo.set_defaults(func=_demo)
+
+    train = commands.add_parser("train", help="train a run configuration (YAML)")
+    train.add_argument("config", help="a YAML run configuration, e.g. configs/demo.yaml")
+    _run_options(train)
+    train.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        default=None,
+        help="continue this run from its newest checkpoint (bit-exact)",
+    )
+    train.add_argument(
+        "--run-dir", default=None, help="write the run here (default: RUNS_DIR/<name>-<timestamp>)"
+    )
+    train.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        metavar="STEP",
+        help="stop after this step with a checkpoint (resume later)",
+    )
+    train.set_defaults(func=_train)
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="evaluate a run's newest checkpoint: BLEU, loss, and AER where gold alignments exist",
+    )
+    evaluate.add_argument("run_dir", help="a run directory")
+    evaluate.add_argument("--split", default="test", help="valid or test (default test)")
+    evaluate.add_argument("--beam", type=int, default=None, help="beam size (default: config)")
+    evaluate.add_argument("--checkpoint", default=None, help="a checkpoint JSON (default newest)")
+    evaluate.add_argument(
+        "--config", default=None, help="check this configuration's architecture against the run's"
+    )
+    evaluate.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a key of --config"
+    )
+    evaluate.add_argument("--quiet", action="store_true", help="no progress bars")
+    evaluate.set_defaults(func=_eval)
+
+    translate = commands.add_parser(
+        "translate",
+        help="translate sentences with a trained run and print their alignment matrices",
+    )
+    translate.add_argument("run_dir", help="a run directory")
+    translate.add_argument("sentences", nargs="+", help="English sentences")
+    translate.add_argument("--beam", type=int, default=None, help="beam size (default: config)")
+    translate.add_argument(
+        "--no-attention", action="store_true", help="print only the translations"
+    )
+    translate.set_defaults(func=_translate)
 
     info = commands.add_parser(
         "info", help="versions, and which backend runs a given attention call and why"
@@ -109,12 +254,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from attnkit.checkpoint import CheckpointError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, TypeError) as error:  # bad arguments: one line, exit code 2
+    except CheckpointError as error:  # an unusable run or checkpoint: one line, exit code 1
+        print(f"attnkit {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except (ValueError, TypeError) as error:  # bad configuration or arguments: exit code 2
         print(f"attnkit {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"attnkit {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

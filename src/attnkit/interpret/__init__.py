@@ -13,8 +13,10 @@ from attnkit.interpret.head_importance import head_importance
 from attnkit.interpret.plots import plot_alignment, plot_heads, plot_heatmap
 from attnkit.interpret.record import AttentionRecorder, record
 from attnkit.interpret.rollout import attention_rollout, fuse_heads, residual_attention
+from attnkit.interpret.viewer import AttentionMap, render_viewer, write_viewer
 
 __all__ = [
+    "AttentionMap",
     "AttentionRecorder",
     "attention_flow",
     "attention_rollout",
@@ -25,6 +27,8 @@ __all__ = [
     "plot_heads",
     "plot_heatmap",
     "record",
+    "render_viewer",
     "residual_attention",
     "to_bertviz",
+    "write_viewer",
 ]

@@ -1,0 +1,262 @@
+"""Validated run configurations: YAML files in ``configs/`` checked with pydantic.
+
+A run configuration names everything a training run depends on — data, model, optimisation,
+decoding, seed — so a run directory's ``config.yaml`` reproduces the run. Every section forbids
+unknown keys (``extra="forbid"``): a typo is an error, never a silently ignored setting.
+
+Errors are one line naming the file, the key's path and what was wrong, e.g.::
+
+    configs/bad.yaml: model.dropout: Input should be less than 1 (given 1.5)
+
+The command line turns a :class:`ConfigError` into exit code 2 without a traceback.
+
+Architecture keys (the model section and the data keys that decide the vocabularies) are what a
+checkpoint must agree with: :func:`architecture` extracts them and :func:`differing_keys` lists
+each difference (saved vs given) so a mismatched resume or evaluation is refused before loading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: one line naming the file, the key's path and the problem."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Section):
+    """Which parallel corpus, how it is filtered, and how vocabularies are built."""
+
+    corpus: Literal["tatoeba", "hansards"] = "tatoeba"
+    root: str | None = Field(
+        None, description="hansards: the hansards-en-fr directory (relative to the working dir)"
+    )
+    max_length: int | None = Field(None, ge=1, description="drop pairs longer than this (tokens)")
+    max_pairs: int | None = Field(None, ge=1, description="keep at most this many training pairs")
+    min_freq: int = Field(1, ge=1, description="words seen fewer times become <unk>")
+    max_vocab: int | None = Field(None, ge=8, description="largest vocabulary per language")
+    supervision: Literal["ibm_model1"] | None = Field(
+        None, description="alignment targets for supervised attention (survey §4.2)"
+    )
+    aligner_iterations: int = Field(5, ge=1, description="EM iterations of the aligner")
+
+    @model_validator(mode="after")
+    def _hansards_root(self) -> DataConfig:
+        if self.corpus == "hansards" and not self.root:
+            raise ValueError("root: the hansards corpus needs `root` (its directory)")
+        return self
+
+
+class RNNModelConfig(_Section):
+    """RNN encoder–decoder with attention: Bahdanau et al. (2015) or Luong et al. (2015)."""
+
+    kind: Literal["rnn"] = "rnn"
+    style: Literal["bahdanau", "luong"] = "bahdanau"
+    score: Literal["additive", "concat", "dot", "general", "location"] = "additive"
+    align: Literal["global", "local_monotonic", "local_predictive"] = "global"
+    embed_dim: int = Field(256, ge=1)
+    hidden_dim: int = Field(256, ge=1)
+    num_layers: int = Field(1, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    window: int = Field(10, ge=1, description="D of the local alignments (Luong et al. use 10)")
+    input_feeding: bool = True
+    max_source_length: int = Field(100, ge=1, description="positions of the location score")
+
+    @model_validator(mode="after")
+    def _bahdanau_is_additive(self) -> RNNModelConfig:
+        if self.style == "bahdanau" and (self.score, self.align) != ("additive", "global"):
+            raise ValueError(
+                "score/align: the bahdanau style is additive (concat) global attention; "
+                f"got score={self.score!r}, align={self.align!r} (use style: luong)"
+            )
+        return self
+
+
+class TransformerModelConfig(_Section):
+    """Transformer encoder–decoder (Vaswani et al. 2017) from attnkit's layers."""
+
+    kind: Literal["transformer"] = "transformer"
+    d_model: int = Field(256, ge=1)
+    nhead: int = Field(4, ge=1)
+    num_layers: int = Field(3, ge=1)
+    dim_feedforward: int = Field(1024, ge=1)
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    max_length: int = Field(256, ge=1)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TransformerModelConfig:
+        if self.d_model % self.nhead:
+            raise ValueError(
+                f"nhead: the number of heads must divide d_model; got nhead={self.nhead}, "
+                f"d_model={self.d_model}"
+            )
+        return self
+
+
+ModelConfig = Annotated[RNNModelConfig | TransformerModelConfig, Field(discriminator="kind")]
+
+
+class TrainConfig(_Section):
+    """Optimisation: Adam, a learning-rate schedule, clipping, evaluation and checkpoints."""
+
+    steps: int = Field(ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0.0)
+    schedule: Literal["constant", "cosine", "inverse_sqrt"] = "constant"
+    warmup: int = Field(0, ge=0)
+    clip_norm: float | None = Field(1.0, gt=0.0)
+    label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
+    supervised_weight: float = Field(
+        0.0, ge=0.0, description="λ of the joint loss NLL + λ·L_attention (survey §4.2)"
+    )
+    supervised_kind: Literal["kl", "ce", "mse"] = "ce"
+    log_every: int = Field(50, ge=1)
+    eval_every: int | None = Field(None, ge=1, description="validation loss every k steps")
+    checkpoint_every: int | None = Field(None, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+
+
+class DecodeConfig(_Section):
+    """Decoding for evaluation and translation."""
+
+    beam_size: int = Field(1, ge=1)
+    max_length: int = Field(50, ge=1)
+    max_eval_sentences: int | None = Field(None, ge=1)
+
+
+class RunConfig(_Section):
+    """A whole run: ``name``, ``seed``, and the four sections."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = Field(0, ge=0)
+    data: DataConfig = DataConfig()
+    model: ModelConfig = RNNModelConfig()
+    train: TrainConfig
+    decode: DecodeConfig = DecodeConfig()
+
+    @model_validator(mode="after")
+    def _supervision_needs_targets(self) -> RunConfig:
+        if self.train.supervised_weight > 0 and self.data.supervision is None:
+            raise ValueError(
+                "train.supervised_weight: supervised attention needs alignment targets; set "
+                "data.supervision (e.g. ibm_model1)"
+            )
+        return self
+
+
+def _describe_error(error: Mapping[str, Any]) -> str:
+    path = ".".join(str(part) for part in error["loc"])
+    kind, message = error["type"], error["msg"]
+    if kind == "extra_forbidden":
+        return f"{path}: unknown key"
+    if kind == "missing":
+        return f"{path}: missing (required)"
+    if kind in ("union_tag_not_found", "union_tag_invalid"):
+        given = error["input"].get("kind") if isinstance(error["input"], Mapping) else None
+        return f"{path}.kind: must be one of rnn, transformer (given {given!r})"
+    if message.startswith("Value error, "):  # our validators name their own key first
+        own_key, _, text = message.removeprefix("Value error, ").partition(": ")
+        return f"{path + '.' if path else ''}{own_key}: {text}"
+    given = error.get("input")
+    return f"{path}: {message} (given {given!r})"
+
+
+def _strip_union_tags(loc: Sequence[Any]) -> tuple[Any, ...]:
+    # pydantic puts the discriminator value in the location of a tagged union ("model.rnn.x")
+    return tuple(p for p in loc if p not in ("rnn", "transformer"))
+
+
+def validate(raw: Any, source: str = "config") -> RunConfig:
+    """A :class:`RunConfig` from parsed YAML, or :class:`ConfigError` with one line per problem
+    joined by ``; `` (the first line is the most useful)."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{source}: expected a mapping of keys, got {type(raw).__name__}")
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            item = dict(item)
+            item["loc"] = _strip_union_tags(item["loc"])
+            problems.append(_describe_error(item))
+        raise ConfigError(f"{source}: " + "; ".join(problems)) from None
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
+    """Read and validate a YAML run configuration; ``overrides`` are ``key.path=value`` strings
+    (values parsed as YAML), applied before validation."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the configuration ({error.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{line}") from None
+    return validate(apply_overrides(raw, overrides, str(path)), str(path))
+
+
+def apply_overrides(raw: Any, overrides: Sequence[str], source: str = "config") -> Any:
+    """``raw`` with each ``a.b.c=value`` set (the value parsed as YAML); a new dict."""
+    result = json.loads(json.dumps(raw)) if raw is not None else {}
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{source}: override must look like key.path=value, got {override!r}")
+        node = result
+        *parents, leaf = key.split(".")
+        for part in parents:
+            child = node.get(part) if isinstance(node, dict) else None
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(f"{source}: {key}: {part} is not a section")
+            node = child
+        node[leaf] = yaml.safe_load(value)
+    return result
+
+
+def to_yaml(config: RunConfig) -> str:
+    """The resolved configuration (defaults filled in) as YAML."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+ARCHITECTURE_DATA_KEYS = ("corpus", "max_length", "max_pairs", "min_freq", "max_vocab")
+
+
+def architecture(config: RunConfig) -> dict[str, Any]:
+    """The keys a checkpoint's tensors depend on, flattened (``model.hidden_dim`` → 256)."""
+    model = config.model.model_dump(mode="json", exclude={"dropout"})  # dropout: no tensors
+    flat = {f"model.{k}": v for k, v in model.items()}
+    data = config.data.model_dump(mode="json")
+    flat.update({f"data.{k}": data[k] for k in ARCHITECTURE_DATA_KEYS})
+    return flat
+
+
+def fingerprint(arch: Mapping[str, Any]) -> str:
+    """A stable hash of :func:`architecture`'s mapping."""
+    return hashlib.sha256(json.dumps(dict(arch), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def differing_keys(saved: Mapping[str, Any], given: Mapping[str, Any]) -> list[str]:
+    """``"key: saved X, given Y"`` for each architecture key that differs."""
+    lines = []
+    for key in sorted(set(saved) | set(given)):
+        a, b = saved.get(key, "<absent>"), given.get(key, "<absent>")
+        if a != b:
+            lines.append(f"{key}: saved {a!r}, given {b!r}")
+    return lines

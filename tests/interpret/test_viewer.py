@@ -1,0 +1,292 @@
+"""The HTML attention viewer: embedded data, escaping, validation, atomic writes, and the page
+itself driven in headless Chromium (system ``chromium`` + ``chromedriver``; skipped without them).
+"""
+
+import json
+import os
+import shutil
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+import torch
+
+from attnkit.interpret import AttentionMap, render_viewer, write_viewer
+
+NASTY = [
+    "</script><script>console.error('escaped')</script>",
+    "<img src=x onerror=\"console.error('xss')\">",
+    "<!--",
+    "&amp;",
+    "\u2028",
+    "%DATA%",
+]
+
+
+class _Page(HTMLParser):
+    """What a browser's parser sees: elements opened, script bodies, text of the <h1>."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.scripts: list[tuple[dict, str]] = []
+        self.heading = ""
+        self._script: dict | None = None
+        self._in_h1 = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "script":
+            self._script = dict(attrs)
+            self.scripts.append((self._script, ""))
+        self._in_h1 = tag == "h1"
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._script = None
+        if tag == "h1":
+            self._in_h1 = False
+
+    def handle_data(self, data):
+        if self._script is not None:
+            attrs, body = self.scripts[-1]
+            self.scripts[-1] = (attrs, body + data)
+        elif self._in_h1:
+            self.heading += data
+
+
+def parse(page: str) -> tuple[_Page, dict]:
+    parser = _Page()
+    parser.feed(page)
+    parser.close()
+    data = [body for attrs, body in parser.scripts if attrs.get("type") == "application/json"]
+    assert len(data) == 1
+    return parser, json.loads(data[0])
+
+
+def rollout_reference(weights: np.ndarray) -> np.ndarray:
+    """Abnar & Zuidema's rollout through each layer, float64: Ã = rows(½·mean_h A + ½·I)."""
+    layers, _, length, _ = weights.shape
+    rolled, out = np.eye(length), []
+    for layer in range(layers):
+        augmented = 0.5 * weights[layer].mean(0) + 0.5 * np.eye(length)
+        augmented /= augmented.sum(-1, keepdims=True)
+        rolled = augmented @ rolled
+        out.append(rolled)
+    return np.stack(out)
+
+
+def attention_stack(*shape: int, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator, dtype=torch.float64).softmax(-1)
+
+
+def test_embedded_json_round_trips_weights_mean_and_rollout():
+    encoder = attention_stack(2, 3, 4, 4)
+    cross = attention_stack(3, 5, 4, seed=1).float()  # [heads, T, S], float32
+    page = render_viewer(
+        [
+            AttentionMap("encoder self-attention", encoder, rows=["a", "b", "c", "d"]),
+            AttentionMap("cross", cross, rows=["x", "y", "z", "w", "v"], columns=list("abcd")),
+            AttentionMap("single", np.eye(3), rows=["p", "q", "r"]),
+        ]
+    )
+    _, data = parse(page)
+    enc, crs, single = data["maps"]
+    assert [m["name"] for m in data["maps"]] == ["encoder self-attention", "cross", "single"]
+    assert (enc["layers"], enc["heads"], enc["rows"], enc["columns"]) == (
+        2,
+        3,
+        list("abcd"),
+        list("abcd"),
+    )
+    # exact: JSON carries every float64 digit
+    assert np.array_equal(np.array(enc["weights"]), encoder.numpy())
+    np.testing.assert_allclose(enc["mean"], encoder.numpy().mean(1), rtol=1e-15, atol=0)
+    np.testing.assert_allclose(enc["rollout"], rollout_reference(encoder.numpy()), rtol=1e-12)
+    # a missing layer axis is one layer; float32 values survive exactly
+    assert (crs["layers"], crs["heads"], crs["columns"]) == (1, 3, list("abcd"))
+    assert np.array_equal(np.array(crs["weights"][0], dtype=np.float32), cross.numpy())
+    assert crs["rollout"] is None  # cross-attention has no rollout
+    assert (single["layers"], single["heads"]) == (1, 1) and single["rollout"] is None
+    assert np.array_equal(np.array(single["weights"]), np.eye(3)[None, None])
+
+
+def test_mapping_form_shares_labels_and_rollout_can_be_forced_or_refused():
+    weights = attention_stack(1, 2, 3, 3)
+    _, data = parse(render_viewer({"self": weights}, rows=["a", "b", "c"], decimals=3))
+    assert data["maps"][0]["rollout"] is None  # one layer: nothing to roll out by default
+    assert np.array_equal(np.array(data["maps"][0]["weights"]), np.round(weights.numpy(), 3))
+    forced = AttentionMap("self", weights, rows=["a", "b", "c"], rollout=True)
+    _, data = parse(render_viewer([forced]))
+    np.testing.assert_allclose(data["maps"][0]["rollout"], rollout_reference(weights.numpy()))
+    refused = AttentionMap("self", attention_stack(2, 2, 3, 3), rows=["a", "b", "c"], rollout=False)
+    assert parse(render_viewer([refused]))[1]["maps"][0]["rollout"] is None
+
+
+def test_nasty_tokens_title_and_notes_cannot_break_out_of_the_page():
+    tokens = NASTY
+    title = "<b>title</b> & %NOTES%"
+    page = render_viewer(
+        {"m": attention_stack(2, 2, 6, 6)}, rows=tokens, title=title, notes="<i>note</i>"
+    )
+    parser, data = parse(page)
+    # the browser's parser sees exactly our two scripts and no injected element
+    assert [attrs.get("type") for attrs, _ in parser.scripts] == ["application/json", None]
+    assert page.lower().count("</script") == 2
+    assert "b" not in parser.tags and "i" not in parser.tags and "img" not in parser.tags
+    assert parser.heading == title
+    assert data["title"] == title and data["maps"][0]["rows"] == tokens
+    assert data["maps"][0]["columns"] == tokens
+
+
+@pytest.mark.parametrize(
+    ("maps", "kwargs", "error", "match"),
+    [
+        ({"m": torch.rand(2, 3, 4, 5)}, {"rows": list("abc")}, ValueError,
+         r"map 'm' of shape \[2, 3, 4, 5\] has 4 rows but 3 rows labels"),
+        ({"m": torch.rand(4, 5)}, {"rows": list("abcd"), "columns": list("abcd")}, ValueError,
+         r"has 5 columns but 4 columns labels"),
+        ({"m": torch.rand(4, 5)}, {"rows": list("abcd")}, ValueError,
+         r"has 5 columns but 4 columns labels"),
+        ({"m": torch.rand(1, 2, 2, 3, 3)}, {"rows": list("abc")}, ValueError,
+         r"\[layers, heads, R, C\], \[heads, R, C\] or \[R, C\].*got \[1, 2, 2, 3, 3\]"),
+        ({"m": torch.tensor([[float("nan")]])}, {"rows": ["a"]}, ValueError, "finite"),
+        ({"m": torch.rand(3, 3)}, {}, ValueError, "need the token labels rows"),
+        ({}, {"rows": []}, ValueError, "at least one attention map"),
+        ({"m": torch.rand(2, 2)}, {"rows": ["a", 1]}, TypeError, "str tokens, got int"),
+        ({"m": torch.rand(2, 2)}, {"rows": "ab"}, TypeError, "list of str, got str"),
+        ([AttentionMap("m", torch.rand(2, 2), ["a", "b"])], {"rows": ["a", "b"]}, ValueError,
+         "each AttentionMap carries its own labels"),
+        ([AttentionMap("m", torch.rand(2, 2), ["a", "b"])] * 2, {}, ValueError,
+         r"unique, got \['m'\]"),
+        ([AttentionMap("m", torch.rand(2, 3), ["a", "b"], list("abc"), rollout=True)], {},
+         ValueError, r"rollout needs square"),
+        ([torch.rand(2, 2)], {}, TypeError, "expected an AttentionMap, got Tensor"),
+        ({"m": torch.rand(2, 2)}, {"rows": ["a", "b"], "decimals": -1}, ValueError, "decimals"),
+    ],
+)  # fmt: skip
+def test_bad_input_names_expected_and_given(maps, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        render_viewer(maps, **kwargs)
+
+
+def test_write_viewer_replaces_atomically_and_leaves_old_page_on_error(tmp_path):
+    path = tmp_path / "attention.html"
+    path.write_text("old page", encoding="utf-8")
+    weights = {"m": attention_stack(2, 2)}
+    assert write_viewer(path, weights, rows=["é", "ß"]) == path
+    assert path.read_text(encoding="utf-8") == render_viewer(weights, rows=["é", "ß"])
+    assert os.listdir(tmp_path) == ["attention.html"]  # no temporary file left behind
+    with pytest.raises(ValueError, match="2 rows but 1 rows labels"):
+        write_viewer(path, weights, rows=["only one"])
+    assert path.read_text(encoding="utf-8") == render_viewer(weights, rows=["é", "ß"])
+    assert os.listdir(tmp_path) == ["attention.html"]
+
+
+# --- the page in a real browser -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless system Chromium through its own chromedriver (Selenium Manager never runs)."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.skip(
+            "browser test needs the Debian packages chromium and chromium-driver "
+            f"(chromium: {chromium}, chromedriver: {chromedriver}); `make test` installs them"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # containers run as root, where Chromium's sandbox cannot start
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1000,800",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    yield driver
+    driver.quit()
+
+
+def test_page_renders_and_reacts_in_headless_chromium(browser, tmp_path):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    tokens = ["je", NASTY[0], NASTY[1], "aime"]
+    encoder = attention_stack(2, 3, 4, 4, seed=2)
+    cross = attention_stack(2, 3, 3, 4, seed=3)
+    path = write_viewer(
+        tmp_path / "viewer.html",
+        [
+            AttentionMap("encoder self-attention", encoder, rows=tokens),
+            AttentionMap(
+                "decoder cross-attention", cross, rows=["i", "love", "you"], columns=tokens
+            ),
+        ],
+        title="viewer test",
+    )
+    browser.get(path.as_uri())
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true"
+
+    def shown() -> np.ndarray:
+        cells = browser.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")
+        grid = {}
+        for cell in cells:
+            i, j = int(cell.get_attribute("data-row")), int(cell.get_attribute("data-col"))
+            grid[i, j] = float(cell.get_attribute("data-value"))
+        rows, columns = max(grid)[0] + 1, max(k[1] for k in grid) + 1
+        assert len(cells) == rows * columns
+        return np.array([[grid[i, j] for j in range(columns)] for i in range(rows)])
+
+    # first view: layer 0, mean over heads, one cell per (row, column) token pair
+    assert shown().shape == (4, 4)
+    np.testing.assert_allclose(shown(), encoder[0].mean(0).numpy(), rtol=1e-15)
+    headers = browser.find_elements(By.CSS_SELECTOR, "#heatmap thead th[data-col]")
+    assert [h.get_attribute("textContent") for h in headers] == tokens  # shown as text
+    assert browser.find_elements(By.TAG_NAME, "img") == []
+
+    Select(browser.find_element(By.ID, "head-select")).select_by_value("1")
+    assert np.array_equal(shown(), encoder[0, 1].numpy())
+    Select(browser.find_element(By.ID, "layer-select")).select_by_value("1")
+    assert np.array_equal(shown(), encoder[1, 1].numpy())
+
+    cell = browser.find_element(By.CSS_SELECTOR, 'td.cell[data-row="3"][data-col="1"]')
+    ActionChains(browser).move_to_element(cell).perform()
+    readout = browser.find_element(By.ID, "readout").text
+    assert "\u201caime\u201d" in readout and NASTY[0] in readout
+    assert f": {encoder[1, 1, 3, 1].item()!r} (" in readout and "head 1" in readout
+
+    Select(browser.find_element(By.ID, "view-select")).select_by_value("rollout")
+    np.testing.assert_allclose(shown(), rollout_reference(encoder.numpy())[1], rtol=1e-12)
+    assert not browser.find_element(By.ID, "head-select").is_enabled()
+
+    Select(browser.find_element(By.ID, "map-select")).select_by_value("1")
+    assert np.array_equal(shown(), cross[1, 1].numpy())  # layer and head kept, rollout left
+    rollout_option = browser.find_element(By.CSS_SELECTOR, "#view-select option[value=rollout]")
+    assert not rollout_option.is_enabled()
+
+    screenshot = tmp_path / "viewer.png"
+    assert browser.save_screenshot(str(screenshot))
+    png = screenshot.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5_000
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(screenshot)
+    assert pixels.std() > 0.01  # something was drawn, not a blank page
+
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == []
+    # the log check itself works: an error the page does raise is caught
+    browser.execute_script("console.error('probe')")
+    assert any(
+        "probe" in e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"
+    )

@@ -1,0 +1,209 @@
+"""Checkpoints: exact round trip, atomic writes under injected failures, refusal of truncated,
+empty, corrupted and mismatched files with one line naming the file, no pickle anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import attnkit.checkpoint as ckpt
+from attnkit.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint, save_checkpoint
+
+ARCH = {"model.hidden_dim": 8, "model.kind": "toy"}
+ROOT = Path(__file__).parents[2]
+
+
+def _trained(seed: int = 0, steps: int = 3):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda t: 1.0 / (t + 1))
+    for _ in range(steps):
+        loss = model(torch.randn(5, 4)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+    return model, optimizer, scheduler
+
+
+def _save(directory, step, model, optimizer, scheduler, **kw):
+    return save_checkpoint(
+        directory,
+        step,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        architecture=ARCH,
+        **kw,
+    )
+
+
+def test_round_trip_restores_everything_exactly(tmp_path):
+    model, optimizer, scheduler = _trained()
+    _save(tmp_path, 3, model, optimizer, scheduler, extra={"data_position": 3})
+    after_save = torch.randn(3)  # the RNG stream right after the checkpoint
+
+    fresh, fresh_opt, fresh_sched = _trained(seed=1, steps=1)
+    loaded = read_checkpoint(latest_checkpoint(tmp_path), ARCH)
+    loaded.restore(fresh, fresh_opt, fresh_sched, rng=True)
+    assert loaded.step == 3 and loaded.extra == {"data_position": 3}
+    assert torch.equal(torch.randn(3), after_save)
+    for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    sa, sb = optimizer.state_dict(), fresh_opt.state_dict()
+    for i in sa["state"]:
+        for key, value in sa["state"][i].items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(sb["state"][i][key]))
+    assert scheduler.state_dict() == fresh_sched.state_dict()
+    # the next optimisation step is identical too
+    x = torch.randn(5, 4)
+    for m, o in ((model, optimizer), (fresh, fresh_opt)):
+        m.eval()
+        o.zero_grad()
+        m(x).pow(2).mean().backward()
+        o.step()
+    for a, b in zip(model.parameters(), fresh.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_keeps_only_the_newest(tmp_path):
+    model, optimizer, scheduler = _trained()
+    for step in (1, 2, 3):
+        _save(tmp_path, step, model, optimizer, scheduler, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000002.json",
+        "step-00000002.safetensors",
+        "step-00000003.json",
+        "step-00000003.safetensors",
+    ]
+
+
+@pytest.mark.parametrize("fail_on", [".safetensors", ".json"])
+def test_failure_during_replace_keeps_the_previous_checkpoint(tmp_path, monkeypatch, fail_on):
+    model, optimizer, scheduler = _trained()
+    _save(tmp_path, 1, model, optimizer, scheduler)
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if str(dst).endswith(fail_on):
+            raise OSError("disk full (injected)")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "replace", failing_replace)
+    with pytest.raises(OSError, match="injected"):
+        _save(tmp_path, 2, model, optimizer, scheduler)
+    monkeypatch.undo()
+    assert latest_checkpoint(tmp_path).name == "step-00000001.json"
+    assert read_checkpoint(latest_checkpoint(tmp_path), ARCH).step == 1
+    assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
+    assert not (tmp_path / "step-00000002.json").exists()
+
+
+def test_crash_half_way_through_a_write(tmp_path, monkeypatch):
+    """The process dies after writing half of the tensor file's bytes."""
+    model, optimizer, scheduler = _trained()
+    _save(tmp_path, 1, model, optimizer, scheduler)
+    real_fdopen = os.fdopen
+
+    class HalfWriter:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            self.handle.write(data[: len(data) // 2])
+            raise KeyboardInterrupt  # killed mid-write
+
+    monkeypatch.setattr(ckpt.os, "fdopen", lambda fd, mode: HalfWriter(real_fdopen(fd, mode)))
+    with pytest.raises(KeyboardInterrupt):
+        _save(tmp_path, 2, model, optimizer, scheduler)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000001.json",
+        "step-00000001.safetensors",
+    ]
+    assert read_checkpoint(latest_checkpoint(tmp_path), ARCH).step == 1
+
+
+def _damage(path: Path, how: str) -> None:
+    blob = path.read_bytes()
+    if how == "empty":
+        path.write_bytes(b"")
+    elif how == "truncated":
+        path.write_bytes(blob[: len(blob) // 3])
+    elif how == "flipped":
+        path.write_bytes(blob[:-10] + bytes(b ^ 0xFF for b in blob[-10:]))
+    elif how == "garbage":
+        path.write_bytes(b"\x00not json or tensors" * 3)
+    elif how == "missing":
+        path.unlink()
+
+
+@pytest.mark.parametrize("which", ["json", "safetensors"])
+@pytest.mark.parametrize("how", ["empty", "truncated", "flipped", "garbage", "missing"])
+def test_damaged_files_are_one_line_errors_naming_the_file(tmp_path, which, how):
+    model, optimizer, scheduler = _trained()
+    json_path = _save(tmp_path, 1, model, optimizer, scheduler)
+    damaged = json_path.with_suffix(f".{which}")
+    _damage(damaged, how)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(json_path, ARCH)
+    message = str(info.value)
+    assert message.startswith(str(damaged)) and "\n" not in message
+
+
+def test_mismatched_architecture_is_refused_before_loading(tmp_path, monkeypatch):
+    model, optimizer, scheduler = _trained()
+    json_path = _save(tmp_path, 1, model, optimizer, scheduler)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("read the tensors"))
+    given = {"model.hidden_dim": 16, "model.kind": "toy", "model.layers": 2}
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(json_path, given)
+    assert str(info.value) == (
+        f"{json_path}: saved with a different architecture: model.hidden_dim: saved 8, given 16; "
+        "model.layers: saved '<absent>', given 2"
+    )
+
+
+def test_a_model_of_other_shapes_is_left_untouched(tmp_path):
+    model, optimizer, scheduler = _trained()
+    json_path = _save(tmp_path, 1, model, optimizer, scheduler)
+    other = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 3))
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"2.weight: saved \(2, 8\), model \(3, 8\)"):
+        read_checkpoint(json_path).restore(other)
+    for key, value in other.state_dict().items():
+        assert torch.equal(value, before[key])  # nothing half-loaded
+
+
+def test_no_pickle_anywhere():
+    """No ``pickle`` and no ``torch.load`` without ``weights_only=True`` in the code we ship."""
+    offenders = []
+    for folder in ("src", "benchmarks"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if re.search(r"^\s*(import|from)\s+(c?pickle|dill|joblib)\b", text, re.M):
+                offenders.append(f"{path}: imports pickle")
+            for call in re.finditer(r"torch\.load\(([^()]|\([^()]*\))*\)", text):
+                if "weights_only=True" not in call.group(0):
+                    offenders.append(f"{path}: {call.group(0)}")
+    assert offenders == []
+
+
+def test_metadata_is_plain_json(tmp_path):
+    model, optimizer, scheduler = _trained()
+    meta = json.loads(_save(tmp_path, 1, model, optimizer, scheduler).read_text())
+    assert meta["format"] == "attnkit-checkpoint/1" and meta["step"] == 1
+    assert set(meta) >= {"architecture", "fingerprint", "tensors", "optimizer", "scheduler", "rng"}
