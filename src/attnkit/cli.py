@@ -142,6 +142,14 @@ def _zoo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    from attnkit.interpret.explain import explain_run
+
+    path = explain_run(args.run_dir, args.input, output=args.output, beam_size=args.beam)
+    print(f"attention viewer: {path}")
+    return 0
+
+
 def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs-dir", default="runs", help="where run directories go (default runs)"
@@ -245,6 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--summary", choices=["column_sum", "entropy", "argmax"], default=None)
     info.add_argument("--backend", default=None, help="force a backend and see if it can run")
     info.set_defaults(func=_info)
+
+    explain = commands.add_parser(
+        "explain",
+        help="translate an input with a trained run and write its attention maps as one "
+        "self-contained interactive HTML page",
+    )
+    explain.add_argument("run_dir", help="a run directory")
+    explain.add_argument("--input", required=True, help="an English sentence")
+    explain.add_argument("--output", default=None, help="HTML path (default: in the run dir)")
+    explain.add_argument("--beam", type=int, default=None, help="beam size (default: config)")
+    explain.set_defaults(func=_explain)
 
     zoo = commands.add_parser(
         "zoo", help="every mechanism with its taxonomy row (survey Table 3) and what it is"

@@ -394,6 +394,7 @@ def train(
             if step % t.log_every == 0 or step == last:
                 mean = sum(window) / len(window)
                 window.clear()
+                metrics.flush()  # a reader (or a crash) sees the run up to here
                 progress.set_postfix(loss=f"{mean:.3f}")
                 if quiet:
                     rate = step / max(time.perf_counter() - start, 1e-9)

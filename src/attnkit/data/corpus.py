@@ -1,0 +1,58 @@
+"""One sentence pair of a parallel corpus, with optional word-alignment links."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Links = frozenset[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Example:
+    """A tokenised translation pair ``source → target`` and its alignments, if any.
+
+    Links are ``(source_position, target_position)`` pairs, 0-based, as in Pharaoh's ``i-j`` and
+    :mod:`attnkit.evaluate.alignment` (an attention matrix ``[target, source]`` has the weight of
+    link ``(s, t)`` at ``[t, s]``).
+
+    Attributes:
+        source: source-language tokens.
+        target: target-language tokens (without BOS/EOS).
+        sure: gold *sure* links ``S`` (Och & Ney 2003), or ``None`` when there is no gold.
+        possible: gold *possible* links ``P ⊇ S``, or ``None``.
+        links: the alignment used as the *target* of supervised attention (e.g. gold sure links
+            or IBM Model 1 Viterbi links), or ``None``.
+    """
+
+    source: tuple[str, ...]
+    target: tuple[str, ...]
+    sure: Links | None = None
+    possible: Links | None = None
+    links: Links | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("source", "target"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or not all(isinstance(t, str) for t in value):
+                raise TypeError(f"Example.{name} must be a tuple of str, got {value!r:.80}")
+        for name in ("sure", "possible", "links"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, frozenset):
+                raise TypeError(
+                    f"Example.{name} must be a frozenset of (source, target) pairs or None, "
+                    f"got {type(value).__name__}"
+                )
+            for link in value:
+                s, t = link
+                if not (0 <= s < len(self.source) and 0 <= t < len(self.target)):
+                    raise ValueError(
+                        f"Example.{name} link {link} outside the sentence lengths "
+                        f"(source {len(self.source)}, target {len(self.target)})"
+                    )
+        if self.sure is not None and self.possible is not None and not self.sure <= self.possible:
+            raise ValueError(
+                f"Example.possible must include every sure link; missing "
+                f"{sorted(self.sure - self.possible)}"
+            )
