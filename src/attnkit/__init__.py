@@ -6,7 +6,7 @@
 See README.md and docs/core.md for the map from the survey's equations to this API.
 """
 
-from attnkit import efficient, evaluate, interpret, layers, mechanisms, taxonomy
+from attnkit import data, efficient, evaluate, interpret, layers, mechanisms, models, taxonomy
 from attnkit.core import align, masks, scores
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention, explain
@@ -23,6 +23,7 @@ __all__ = [
     "__version__",
     "align",
     "attention",
+    "data",
     "efficient",
     "evaluate",
     "explain",
@@ -30,6 +31,7 @@ __all__ = [
     "layers",
     "masks",
     "mechanisms",
+    "models",
     "merge_attention",
     "scores",
     "taxonomy",

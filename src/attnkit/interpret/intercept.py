@@ -143,6 +143,12 @@ class EngineSession(ABC):
             engine.choose_backend = _ORIGINAL_CHOOSE
 
 
+def sessions_active() -> bool:
+    """Whether any session is watching: modules that compute attention outside
+    :func:`attnkit.attention` for speed go through it then, so the sessions see their calls."""
+    return bool(_SESSIONS)
+
+
 def _choose_backend(call: AttentionCall, backend: str | None = None) -> engine.Backend:
     """``engine.choose_backend`` while sessions are active: the chosen backend, whose ``run``
     passes through every session that has one of its modules running."""

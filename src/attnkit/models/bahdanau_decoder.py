@@ -1,0 +1,81 @@
+"""The decoder of Bahdanau, Cho & Bengio (2015), "Neural Machine Translation by Jointly Learning to
+Align and Translate" (RNNsearch), with attnkit's additive score (survey Table 2, eq. 2-4).
+
+At target step ``i``, with ``s_{i-1}`` the previous decoder state and ``h_j`` the annotations:
+
+- ``e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j)``, ``a_ij = softmax_j(e_ij)``, ``c_i = sum_j a_ij h_j``
+  (the query is the *previous* state: attention decides what to read before the state updates);
+- ``s_i = GRU([E y_{i-1}; c_i], s_{i-1})``;
+- ``t~_i = U_o s_i + V_o E y_{i-1} + C_o c_i``, ``t_i = maxout(t~_i)`` (pairs), ``logits = W_o t_i``.
+
+The paper's main text (eq. 4) reads the output from ``s_i``; its appendix A.2.2 writes ``s_{i-1}``.
+The main text is followed here. The initial state is ``s_0 = tanh(W_s <-h_1)``, from the backward
+encoder state of the first word (appendix A.2.2).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.models.decoder_attention import DecoderAttention
+from attnkit.models.decoder_state import EncoderMemory, RecurrentState
+
+
+class BahdanauDecoder(nn.Module):
+    """One-layer GRU decoder whose attention query is its previous state ``s_{i-1}``.
+
+    Args:
+        vocab_size: target vocabulary size ``V``.
+        embed_dim: target embedding size (also the maxout size ``l``).
+        hidden_dim: decoder state size ``n``.
+        annotation_dim: size of the encoder's annotations ``h_j`` (``2 · n_enc``).
+        attention: scores ``s_{i-1}`` (size ``hidden_dim``) against the annotations.
+        dropout: on the maxout output before the vocabulary projection.
+
+    Shapes: :meth:`step` takes ``E y_{i-1} [N, embed_dim]`` and returns the readout features
+    ``[s_i; E y_{i-1}; c_i]`` ``[N, hidden_dim + embed_dim + annotation_dim]`` and the weights
+    ``a_i [N, S]``; :meth:`readout` maps features ``[..., F]`` to logits ``[..., V]``.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        embed_dim: int,
+        hidden_dim: int,
+        annotation_dim: int,
+        attention: DecoderAttention,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.attention = attention
+        self.init_proj = nn.Linear(annotation_dim // 2, hidden_dim)  # W_s
+        self.cell = nn.GRUCell(embed_dim + annotation_dim, hidden_dim)
+        # U_o, V_o, C_o as one matrix over [s_i; E y_{i-1}; c_i]: one product per sentence.
+        self.maxout_dim = embed_dim
+        self.readout_proj = nn.Linear(hidden_dim + embed_dim + annotation_dim, 2 * embed_dim)
+        self.output = nn.Linear(embed_dim, vocab_size)  # W_o
+        self.dropout = nn.Dropout(dropout)
+
+    def initial_state(self, backward_first: Tensor) -> RecurrentState:
+        """``s_0 = tanh(W_s <-h_1)`` from the backward state of the first word ``[N, n_enc]``."""
+        return RecurrentState([torch.tanh(self.init_proj(backward_first))])
+
+    def step(
+        self, embedded: Tensor, state: RecurrentState, memory: EncoderMemory
+    ) -> tuple[Tensor, Tensor]:
+        """One target position: updates ``state`` in place, returns ``(features, weights)``."""
+        previous = state.hidden[0]
+        context, weights = self.attention(
+            previous[:, None], memory.key_features, memory.values, memory.mask, state.position
+        )
+        context, weights = context[:, 0], weights[:, 0]  # c_i [N, 2n], a_i [N, S]
+        hidden = self.cell(torch.cat([embedded, context], -1), previous)  # s_i
+        state.hidden, state.position = [hidden], state.position + 1
+        return torch.cat([hidden, embedded, context], -1), weights
+
+    def readout(self, features: Tensor) -> Tensor:
+        """Logits ``W_o maxout(U_o s_i + V_o E y_{i-1} + C_o c_i)``, ``[..., V]``."""
+        pre = self.readout_proj(features)  # t~_i [..., 2l]
+        t = pre.unflatten(-1, (self.maxout_dim, 2)).amax(-1)  # max over pairs: t_i [..., l]
+        return self.output(self.dropout(t))

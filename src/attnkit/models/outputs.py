@@ -1,0 +1,41 @@
+"""What the sequence-to-sequence models return: :class:`Seq2SeqOutput` and :class:`Translation`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+
+@dataclass
+class Seq2SeqOutput:
+    """A teacher-forced pass of an encoder–decoder model.
+
+    Attributes:
+        logits: ``[B, T, V_target]``: unnormalised ``log p(y_t | y_<t, x)`` for each target
+            position (``target_in`` row ``t`` predicts ``target_out`` row ``t``).
+        weights: ``[B, T, S]``: the attention of each target position over the source (the
+            survey's alignment matrix, ``[target, source]``); exactly zero on padded source
+            positions.
+    """
+
+    logits: Tensor
+    weights: Tensor
+
+
+@dataclass
+class Translation:
+    """One decoded sentence.
+
+    Attributes:
+        tokens: target ids, without BOS and EOS.
+        weights: ``[len(tokens) + 1, S_i]``: the attention when predicting each output token and
+            then EOS, over the sentence's ``S_i`` real source positions (from a teacher-forced
+            pass over ``BOS + tokens``).
+        score: ``log p`` of the emitted tokens (and of EOS when it was emitted) divided by their
+            number to the power ``length_penalty``: the quantity beam search ranks.
+    """
+
+    tokens: list[int]
+    weights: Tensor
+    score: float

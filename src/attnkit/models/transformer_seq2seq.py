@@ -1,0 +1,223 @@
+"""The Transformer translation model of Vaswani et al. (2017) on attnkit's layers (survey §3.3.2,
+multi-head attention, eq. 39-42; self-attention, §3.3.1).
+
+Example::
+
+    >>> import torch
+    >>> from attnkit.models import TransformerSeq2Seq
+    >>> model = TransformerSeq2Seq(20, 30, d_model=16, nhead=2, num_layers=1, dim_feedforward=32)
+    >>> source, lengths = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0]]), torch.tensor([3, 2])
+    >>> out = model(source, lengths, torch.tensor([[2, 11, 12], [2, 13, 0]]))
+    >>> out.logits.shape, out.weights.shape
+    (torch.Size([2, 3, 30]), torch.Size([2, 3, 4]))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.interpret.record import record
+from attnkit.layers.decoding import seq2seq_step
+from attnkit.layers.positional import SinusoidalPositionalEncoding
+from attnkit.layers.transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+)
+from attnkit.models.inputs import check_batch
+from attnkit.models.outputs import Seq2SeqOutput, Translation
+from attnkit.models.translation import (
+    check_translate_arguments,
+    eval_mode,
+    score_translations,
+    search,
+)
+
+
+class TransformerSeq2Seq(nn.Module):
+    """Encoder–decoder Transformer: embeddings ``· sqrt(d_model)`` + sinusoidal positions
+    (Vaswani et al. §3.4-3.5), :class:`attnkit.layers.Transformer` (post-norm, as the paper), and
+    an output projection tied to the target embeddings (§3.4) or separate.
+
+    ``Seq2SeqOutput.weights`` is the last decoder layer's cross-attention, averaged over heads
+    (before dropout); rows sum to 1 over the real source positions.
+
+    Args:
+        source_vocab_size, target_vocab_size: vocabulary sizes.
+        d_model, nhead, num_layers, dim_feedforward, dropout: as the paper's (``num_layers``
+            encoder layers and as many decoder layers).
+        max_length: the longest source or target (positions tabulated).
+        tie_embeddings: the output projection is the target embedding matrix (plus a bias).
+        pad_id, bos_id, eos_id: special ids.
+
+    Shapes: as :class:`~attnkit.models.RNNSeq2Seq`: ``source [B, S]``, ``source_lengths [B]``,
+    ``target_in [B, T]`` → ``logits [B, T, V]``, ``weights [B, T, S]``.
+    """
+
+    def __init__(
+        self,
+        source_vocab_size: int,
+        target_vocab_size: int,
+        *,
+        d_model: int = 256,
+        nhead: int = 4,
+        num_layers: int = 3,
+        dim_feedforward: int = 1024,
+        dropout: float = 0.1,
+        max_length: int = 256,
+        tie_embeddings: bool = True,
+        pad_id: int = 0,
+        bos_id: int = 2,
+        eos_id: int = 3,
+    ) -> None:
+        super().__init__()
+        for name, value in (
+            ("source_vocab_size", source_vocab_size),
+            ("target_vocab_size", target_vocab_size),
+            ("d_model", d_model),
+            ("nhead", nhead),
+            ("num_layers", num_layers),
+            ("dim_feedforward", dim_feedforward),
+            ("max_length", max_length),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % nhead:
+            raise ValueError(f"d_model ({d_model}) must be divisible by nhead ({nhead})")
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.vocab_sizes = (source_vocab_size, target_vocab_size)
+        self.d_model, self.max_length = d_model, max_length
+        self.source_embedding = nn.Embedding(source_vocab_size, d_model, padding_idx=pad_id)
+        self.target_embedding = nn.Embedding(target_vocab_size, d_model, padding_idx=pad_id)
+        for embedding in (self.source_embedding, self.target_embedding):
+            # N(0, d^-1/2): times sqrt(d) the inputs have unit scale, and so do tied logits.
+            nn.init.normal_(embedding.weight, std=d_model**-0.5)
+            with torch.no_grad():
+                embedding.weight[pad_id].zero_()
+        self.positions = SinusoidalPositionalEncoding(d_model, max_length, dropout)
+        self.transformer = Transformer(
+            d_model,
+            nhead,
+            num_layers,
+            num_layers,
+            dim_feedforward,
+            dropout,
+            batch_first=True,
+        )
+        self.tie_embeddings = tie_embeddings
+        self.output = None if tie_embeddings else nn.Linear(d_model, target_vocab_size, bias=False)
+        self.output_bias = nn.Parameter(torch.zeros(target_vocab_size))
+
+    def _decoder(self) -> TransformerDecoder:
+        decoder = self.transformer.decoder
+        assert isinstance(decoder, TransformerDecoder)  # built here, never a custom one
+        return decoder
+
+    def _embed(self, embedding: nn.Embedding, tokens: Tensor, start: int = 0) -> Tensor:
+        if start + tokens.shape[1] > self.max_length:
+            raise ValueError(
+                f"sequences of at most max_length={self.max_length} tokens, got positions up to "
+                f"{start + tokens.shape[1]}"
+            )
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        x = embedding(tokens) * math.sqrt(self.d_model)
+        return self.positions(x, positions.expand(tokens.shape[0], -1))
+
+    def _head(self, x: Tensor) -> Tensor:
+        weight = self.target_embedding.weight if self.output is None else self.output.weight
+        return F.linear(x, weight, self.output_bias)
+
+    def encode(self, source: Tensor, source_lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """``(memory [B, S, d_model], padding [B, S])`` with ``padding`` True on PAD positions."""
+        padding = torch.arange(source.shape[1], device=source.device) >= source_lengths[:, None]
+        memory = self.transformer.encode(
+            self._embed(self.source_embedding, source), src_key_padding_mask=padding
+        )
+        return memory, padding
+
+    def forward(self, source: Tensor, source_lengths: Tensor, target_in: Tensor) -> Seq2SeqOutput:
+        """Teacher-forced logits and the last layer's cross-attention (class docstring)."""
+        check_batch(source, source_lengths, target_in, vocab_sizes=self.vocab_sizes)
+        memory, padding = self.encode(source, source_lengths)
+        last_layer = self._decoder().layers[-1]
+        assert isinstance(last_layer, TransformerDecoderLayer)
+        cross_attention = last_layer.multihead_attn
+        # Recorded inside the graph while training, so an alignment loss on the weights
+        # (supervised attention) has gradients.
+        with record(cross_attention, grad=torch.is_grad_enabled()) as recorder:
+            hidden = self.transformer.decode(
+                self._embed(self.target_embedding, target_in),
+                memory,
+                memory_key_padding_mask=padding,
+                tgt_is_causal=True,
+            )
+        weights = recorder[""].mean(1)  # [B, H, T, S] → [B, T, S]
+        return Seq2SeqOutput(logits=self._head(hidden), weights=weights)
+
+    def step_function(
+        self, memory: Tensor, padding: Tensor, incremental: bool
+    ) -> Callable[[Tensor, object], Tensor]:
+        """The decoding step over ``memory`` (already repeated per beam): with ``incremental``
+        the tokens are the next ones (caches given), else the whole target so far."""
+        position = 0
+
+        def embed(tokens: Tensor) -> Tensor:
+            nonlocal position
+            start = position if incremental else 0
+            position = start + tokens.shape[1]
+            return self._embed(self.target_embedding, tokens, start)
+
+        return seq2seq_step(self.transformer, embed, self._head, memory, padding)
+
+    def translate(
+        self,
+        source: Tensor,
+        source_lengths: Tensor,
+        *,
+        beam_size: int = 1,
+        max_length: int = 50,
+        length_penalty: float = 1.0,
+        use_cache: bool = True,
+    ) -> list[Translation]:
+        """Translate a batch: greedy when ``beam_size == 1``, else beam search (as
+        :meth:`RNNSeq2Seq.translate`). ``use_cache=False`` recomputes the whole target at every
+        step instead of keeping keys/values (slower; the same tokens).
+        """
+        check_batch(source, source_lengths, vocab_sizes=self.vocab_sizes)
+        check_translate_arguments(beam_size, max_length, length_penalty)
+        if max_length + 1 > self.max_length:
+            raise ValueError(
+                f"max_length + 1 must be at most the model's max_length={self.max_length}, "
+                f"got {max_length}"
+            )
+        with torch.no_grad(), eval_mode(self):
+            memory, padding = self.encode(source, source_lengths)
+            memory = memory.repeat_interleave(beam_size, 0)
+            padding = padding.repeat_interleave(beam_size, 0)
+            caches = self._decoder().new_caches(max_length + 1) if use_cache else None
+            hypotheses = search(
+                self.step_function(memory, padding, incremental=use_cache),
+                caches,
+                source.shape[0],
+                beam_size=beam_size,
+                max_length=max_length,
+                bos_id=self.bos_id,
+                eos_id=self.eos_id,
+                length_penalty=length_penalty,
+                device=source.device,
+            )
+            return score_translations(
+                self,
+                source,
+                source_lengths,
+                hypotheses,
+                bos_id=self.bos_id,
+                eos_id=self.eos_id,
+                pad_id=self.pad_id,
+                length_penalty=length_penalty,
+            )
