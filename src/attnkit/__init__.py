@@ -31,8 +31,8 @@ __all__ = [
     "layers",
     "masks",
     "mechanisms",
-    "models",
     "merge_attention",
+    "models",
     "scores",
     "taxonomy",
 ]
