@@ -468,7 +468,10 @@ def finish(
         )
     ]
     for a in alignments:  # the report shows words only: the end-of-sentence row is dropped
-        a.weights = a.weights[: len(a.target)]
+        if a.target:
+            a.weights = a.weights[: len(a.target)]
+        else:  # nothing but the end of the sentence was produced: show that row
+            a.target = ["<eos>"]
     results["showcase"] = [
         {"source": a.source, "target": a.target, "weights": a.weights.tolist()} for a in alignments
     ]
