@@ -99,8 +99,9 @@ def _loss_curve_png(metrics: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 
 def _cell(value: float) -> str:
-    shade = int(255 * (1.0 - value))
-    ink = "#fff" if value > 0.5 else "#000"
+    # the encyclopedia's figure: white = all the weight, black = none (as the PNG heatmaps)
+    shade = int(255 * min(max(value, 0.0), 1.0))
+    ink = "#000" if value > 0.5 else "#fff"
     return f'<td style="background:rgb({shade},{shade},{shade});color:{ink}">{value:.2f}</td>'
 
 
