@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -29,7 +30,8 @@ def _train(args: argparse.Namespace) -> int:
         stop_after=args.stop_after,
         quiet=args.quiet,
     )
-    print(f"run directory: {run.path}")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+        print(f"run directory: {run.path}")
     return 0
 
 

@@ -22,6 +22,7 @@ The objective is the token-level cross-entropy of the reference; with supervised
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -55,6 +56,7 @@ from attnkit.data.batching import Batch, Batches, encode
 from attnkit.data.corpus import Example
 from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.data.vocabulary import Vocabulary
+from attnkit.data_parallel import DataParallel
 from attnkit.evaluate.alignment import corpus_alignment_error_rate, links_from_weights
 from attnkit.evaluate.metrics import bleu
 from attnkit.evaluate.supervised import supervised_attention_loss
@@ -267,27 +269,44 @@ def _with_links(example: Example, links: Any) -> Example:
 
 
 def batch_loss(
-    model: nn.Module, batch: Batch, config: RunConfig
+    model: nn.Module, batch: Batch, config: RunConfig, parallel: DataParallel | None = None
 ) -> tuple[Tensor, dict[str, float]]:
-    """The training objective of one batch and its parts."""
+    """The training objective of one batch and its parts.
+
+    Token-level cross-entropy averaged over the batch's target tokens; under data parallelism
+    ``batch`` is this rank's share and the average is over the *global* batch's tokens (times the
+    world size, which DDP's gradient averaging divides out), so the gradient equals the single
+    process one. The parts are the global batch's values on every rank."""
+    parallel = parallel or DataParallel()
     out = model(batch.source, batch.source_lengths, batch.target_in)
-    nll = F.cross_entropy(
+    tokens = parallel.total((batch.target_out != 0).sum())
+    nll_sum = F.cross_entropy(
         out.logits.flatten(0, 1),
         batch.target_out.flatten(),
         ignore_index=0,
         label_smoothing=config.train.label_smoothing,
+        reduction="sum",
     )
-    parts = {"nll": nll.item()}
+    nll = nll_sum * (parallel.world / tokens.clamp_min(1))
     loss = nll
+    parts = {"nll": nll}
     weight = config.train.supervised_weight
-    if weight > 0 and batch.alignment is not None and batch.alignment.sum() > 0:
-        attention_loss = supervised_attention_loss(
-            out.weights, batch.alignment, config.train.supervised_kind
-        )
-        loss = loss + weight * attention_loss
-        parts["attention_loss"] = attention_loss.item()
-    parts["loss"] = loss.item()
-    return loss, parts
+    if weight > 0 and batch.alignment is not None:
+        rows = (batch.alignment.sum(-1) > 0).sum()
+        all_rows = parallel.total(rows)
+        if all_rows > 0:
+            attention_loss = (
+                supervised_attention_loss(
+                    out.weights, batch.alignment, config.train.supervised_kind
+                )
+                if rows > 0
+                else out.weights.sum() * 0.0  # this rank has no gold row: no contribution
+            ) * (rows * parallel.world / all_rows)
+            loss = loss + weight * attention_loss
+            parts["attention_loss"] = attention_loss
+    parts["loss"] = loss
+    values = parallel.total(torch.stack([v.detach() for v in parts.values()])) / parallel.world
+    return loss, dict(zip(parts, values.tolist(), strict=True))
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
@@ -322,7 +341,30 @@ def train(
     """Train ``config`` in a new run directory (or continue the run ``resume`` bit-exactly).
 
     ``stop_after=k`` ends after step ``k`` with a checkpoint, as an interruption would (resume
-    later). Returns the run; its final evaluation is in ``results.json`` once all steps ran."""
+    later). Returns the run; its final evaluation is in ``results.json`` once all steps ran.
+    Under ``torchrun`` every process trains its share of each batch (see
+    :mod:`attnkit.data_parallel`); rank 0 writes the run."""
+    parallel = DataParallel.from_environment()
+    try:
+        return _train(config, parallel, runs_dir, run_dir, resume, stop_after, quiet, log)
+    finally:
+        parallel.close()
+
+
+def _train(
+    config: RunConfig,
+    parallel: DataParallel,
+    runs_dir: str | Path,
+    run_dir: str | Path | None,
+    resume: str | Path | None,
+    stop_after: int | None,
+    quiet: bool,
+    log: Log,
+) -> Run:
+    main = parallel.is_main
+    quiet = quiet or not main
+    if not main:
+        log = _silent
     examples = load_examples(config)
     if resume is not None:
         run = Run.open(resume, config)
@@ -332,10 +374,18 @@ def train(
             log(f"resuming with changed settings: {'; '.join(others)}")
         run.config = config
     else:
-        run = Run.create(config, Vocabularies.build(examples["train"], config), runs_dir, run_dir)
+        path = ""
+        if main:
+            vocabularies = Vocabularies.build(examples["train"], config)
+            path = str(Run.create(config, vocabularies, runs_dir, run_dir).path)
+        run = Run.open(parallel.share_text(path))  # the others wait for rank 0's directory
     train_examples = examples["train"]
     if config.data.supervision is not None:
-        train_examples = _alignment_targets(config, run, train_examples, log)
+        if main:
+            train_examples = _alignment_targets(config, run, train_examples, log)
+        parallel.total(torch.zeros(1))  # a barrier: rank 0 has written links.pharaoh
+        if not main:
+            train_examples = _alignment_targets(config, run, train_examples, log)
     vocab = run.vocabularies
     batches = Batches(
         encode(train_examples, vocab.source, vocab.target),
@@ -355,9 +405,11 @@ def train(
             checkpoint = read_checkpoint(path, architecture(config))
             checkpoint.restore(model, optimizer, scheduler, rng=True)
             step = checkpoint.step
-        _truncate_metrics(run.metrics, step)
+        if main:
+            _truncate_metrics(run.metrics, step)
     else:
         torch.manual_seed(config.seed)  # dropout's stream starts from the seed too
+    trained = parallel.wrap(model)
 
     t = config.train
     last = t.steps if stop_after is None else min(t.steps, stop_after)
@@ -373,10 +425,11 @@ def train(
     )
     start, window = time.perf_counter(), []
     tick = start
-    with run.metrics.open("a", encoding="utf-8") as metrics:
+    with contextlib.ExitStack() as stack:
+        metrics = stack.enter_context(run.metrics.open("a", encoding="utf-8")) if main else None
         while step < last:
-            batch = batches.batch(step)
-            loss, parts = batch_loss(model, batch, config)
+            batch = parallel.shard(batches.batch(step))
+            loss, parts = batch_loss(trained, batch, config, parallel)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.clip_norm is not None:
@@ -385,6 +438,8 @@ def train(
             optimizer.step()
             scheduler.step()
             step += 1
+            if metrics is None:
+                continue
             now = time.perf_counter()
             record = {"step": step, "split": "train", **parts, "lr": lr, "seconds": now - tick}
             tick = now
@@ -419,9 +474,13 @@ def train(
                     keep=t.keep_checkpoints,
                 )
     progress.close()
-    if step == t.steps:
+    if step == t.steps and main:
         finish(run, model.eval(), examples, log=log, quiet=quiet)
     return run
+
+
+def _silent(_: str) -> None:
+    pass
 
 
 # Sentences each report translates; "I love you." is the seeds' running example (seed 000 Fig. 1).

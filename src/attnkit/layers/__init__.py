@@ -14,6 +14,13 @@ from attnkit.layers.kv_cache import (
 from attnkit.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from attnkit.layers.relative_bias import RelativePositionBias, relative_position_bucket
 from attnkit.layers.rotary import RotaryEmbedding
+from attnkit.layers.segment_recurrence import (
+    RecurrentTransformerLayer,
+    RelativeMultiHeadAttention,
+    TransformerXL,
+    relative_sinusoids,
+    update_memory,
+)
 from attnkit.layers.transformer import (
     Transformer,
     TransformerDecoder,
@@ -28,6 +35,8 @@ __all__ = [
     "DecoderLayerCache",
     "KVCache",
     "LearnedPositionalEmbedding",
+    "RecurrentTransformerLayer",
+    "RelativeMultiHeadAttention",
     "RelativePositionBias",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
@@ -36,9 +45,12 @@ __all__ = [
     "TransformerDecoderLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
+    "TransformerXL",
     "alibi_slopes",
     "cross_attend",
     "relative_position_bucket",
+    "relative_sinusoids",
     "reorder_caches",
     "self_attend",
+    "update_memory",
 ]
