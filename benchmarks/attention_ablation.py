@@ -15,7 +15,8 @@ import argparse
 import time
 
 from attnkit.evaluate import ablate
-from attnkit.train import Run, evaluate_run, load_examples
+from attnkit.evaluate.translation import evaluate_run
+from attnkit.run import Run, load_examples
 
 
 def main() -> None:

@@ -6,7 +6,17 @@
 See README.md and docs/core.md for the map from the survey's equations to this API.
 """
 
-from attnkit import data, efficient, evaluate, interpret, layers, mechanisms, models, taxonomy
+from attnkit import (
+    data,
+    distributed,
+    efficient,
+    evaluate,
+    interpret,
+    layers,
+    mechanisms,
+    models,
+    taxonomy,
+)
 from attnkit.core import align, masks, scores
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention, explain
@@ -24,6 +34,7 @@ __all__ = [
     "align",
     "attention",
     "data",
+    "distributed",
     "efficient",
     "evaluate",
     "explain",

@@ -40,7 +40,8 @@ def _eval(args: argparse.Namespace) -> int:
 
     from attnkit.checkpoint import atomic_write
     from attnkit.config import load_config
-    from attnkit.train import Run, evaluate_run, load_examples
+    from attnkit.evaluate.translation import evaluate_run
+    from attnkit.run import Run, load_examples
 
     config = load_config(args.config, args.set) if args.config else None
     run = Run.open(args.run_dir, config)
@@ -69,7 +70,8 @@ def _eval(args: argparse.Namespace) -> int:
 def _translate(args: argparse.Namespace) -> int:
     from attnkit.data.tokenize import detokenize, tokenize
     from attnkit.report import Alignment, format_matrix
-    from attnkit.train import Run, translate
+    from attnkit.evaluate.translation import translate
+    from attnkit.run import Run
 
     run = Run.open(args.run_dir)
     model, _ = run.load_model()

@@ -1,15 +1,6 @@
-"""Training runs: data, model, the loop, checkpoints, exact resume, evaluation.
+"""Training: the loop, the objective, checkpoints and exact resume, the final evaluation and report.
 
-A run lives in a directory::
-
-    runs/<name>-<timestamp>/
-        config.yaml        the resolved configuration (defaults filled in)
-        vocab.json         source and target vocabularies
-        links.pharaoh      supervised attention: the aligner's links for the training pairs
-        metrics.jsonl      one line per step ({"step", "loss", "nll", "lr", ...}) and per evaluation
-        checkpoints/       step-XXXXXXXX.safetensors + .json (see attnkit.checkpoint)
-        results.json       final evaluation (BLEU, AER, ...)
-
+A run writes a directory (see :mod:`attnkit.run`).
 Everything that decides the numbers is a function of the seed and the step: initialisation under
 ``torch.manual_seed(seed)``, the batch of step ``t`` from ``Batches.batch(t)``, dropout from the
 global generator whose state every checkpoint saves. So ``--resume`` continues bit-exactly, and two
@@ -26,9 +17,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,107 +26,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from attnkit.checkpoint import (
-    CheckpointError,
-    atomic_write,
-    latest_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-)
-from attnkit.config import (
-    ConfigError,
-    RunConfig,
-    architecture,
-    differing_keys,
-    to_yaml,
-    validate,
-)
+from attnkit.checkpoint import atomic_write, latest_checkpoint, read_checkpoint, save_checkpoint
+from attnkit.config import RunConfig, architecture, differing_keys
 from attnkit.data.batching import Batch, Batches, encode
 from attnkit.data.corpus import Example
-from attnkit.data.tokenize import detokenize, tokenize
-from attnkit.data.vocabulary import Vocabulary
+from attnkit.data.tokenize import tokenize
 from attnkit.data_parallel import DataParallel
-from attnkit.evaluate.alignment import corpus_alignment_error_rate, links_from_weights
-from attnkit.evaluate.metrics import bleu
 from attnkit.evaluate.supervised import supervised_attention_loss
+from attnkit.evaluate.translation import corpus_loss, evaluate_run, translate
+from attnkit.run import (
+    Run,
+    Vocabularies,
+    describe_model,
+    load_examples,
+    read_metrics,
+    truncate_metrics,
+)
 
 Log = Callable[[str], None]
-
-
-# --------------------------------------------------------------------------- data and model
-
-
-def load_examples(config: RunConfig) -> dict[str, list[Example]]:
-    """The corpus of ``config.data``, split into "train", "valid" and "test"."""
-    data = config.data
-    if data.corpus == "tatoeba":
-        from attnkit.data.tatoeba import load_tatoeba
-
-        return load_tatoeba(max_length=data.max_length, max_pairs=data.max_pairs)
-    from attnkit.data.hansards import load_hansards
-
-    root = Path(data.root or "")
-    if not root.is_dir():
-        raise ConfigError(f"data.root: no such directory {str(root)!r}")
-    return load_hansards(root, max_length=data.max_length, max_pairs=data.max_pairs)
-
-
-@dataclass
-class Vocabularies:
-    source: Vocabulary
-    target: Vocabulary
-
-    @classmethod
-    def build(cls, examples: Sequence[Example], config: RunConfig) -> Vocabularies:
-        d = config.data
-        return cls(
-            Vocabulary.build((e.source for e in examples), d.min_freq, d.max_vocab),
-            Vocabulary.build((e.target for e in examples), d.min_freq, d.max_vocab),
-        )
-
-    def to_json(self) -> str:
-        return json.dumps({"source": self.source.to_dict(), "target": self.target.to_dict()})
-
-    @classmethod
-    def read(cls, path: Path) -> Vocabularies:
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            return cls(Vocabulary.from_dict(raw["source"]), Vocabulary.from_dict(raw["target"]))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise CheckpointError(f"{path}: unreadable vocabulary ({error})") from None
-
-
-def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
-    """The model of ``config.model`` for these vocabularies (initialised from the global RNG)."""
-    m = config.model
-    sizes = (len(vocabularies.source), len(vocabularies.target))
-    if m.kind == "rnn":
-        from attnkit.models import RNNSeq2Seq
-
-        return RNNSeq2Seq(
-            *sizes,
-            style=m.style,
-            score=m.score,
-            align=m.align,
-            embed_dim=m.embed_dim,
-            hidden_dim=m.hidden_dim,
-            num_layers=m.num_layers,
-            dropout=m.dropout,
-            window=m.window,
-            input_feeding=m.input_feeding,
-            max_source_length=m.max_source_length,
-        )
-    from attnkit.models import TransformerSeq2Seq
-
-    return TransformerSeq2Seq(
-        *sizes,
-        d_model=m.d_model,
-        nhead=m.nhead,
-        num_layers=m.num_layers,
-        dim_feedforward=m.dim_feedforward,
-        dropout=m.dropout,
-        max_length=m.max_length,
-    )
 
 
 def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
@@ -157,83 +63,6 @@ def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
         return 1.0
 
     return factor
-
-
-# --------------------------------------------------------------------------- the run directory
-
-
-class Run:
-    """A run directory: its configuration, vocabularies, model and checkpoints."""
-
-    def __init__(self, path: Path, config: RunConfig, vocabularies: Vocabularies) -> None:
-        self.path, self.config, self.vocabularies = path, config, vocabularies
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
-
-    @property
-    def metrics(self) -> Path:
-        return self.path / "metrics.jsonl"
-
-    @classmethod
-    def create(
-        cls,
-        config: RunConfig,
-        vocabularies: Vocabularies,
-        runs_dir: str | Path = "runs",
-        path: str | Path | None = None,
-    ) -> Run:
-        if path is None:
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-            path = Path(runs_dir) / f"{config.name}-{stamp}"
-        path = Path(path)
-        if path.exists() and any(path.iterdir()):
-            raise ConfigError(f"run directory {str(path)!r} exists and is not empty (use --resume)")
-        path.mkdir(parents=True, exist_ok=True)
-        atomic_write(path / "config.yaml", to_yaml(config))
-        atomic_write(path / "vocab.json", vocabularies.to_json())
-        return cls(path, config, vocabularies)
-
-    @classmethod
-    def open(cls, path: str | Path, config: RunConfig | None = None) -> Run:
-        """Open an existing run; with ``config``, refuse it if the architecture differs."""
-        import yaml
-
-        path = Path(path)
-        config_path = path / "config.yaml"
-        if not config_path.is_file():
-            raise CheckpointError(f"{config_path}: not a run directory (no config.yaml)")
-        try:
-            raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
-            raise CheckpointError(f"{config_path}: unreadable run configuration") from None
-        saved = validate(raw, str(config_path))
-        if config is not None:
-            differences = differing_keys(architecture(saved), architecture(config))
-            if differences:
-                raise CheckpointError(
-                    f"{config_path}: the given configuration's architecture differs: "
-                    + "; ".join(differences)
-                )
-        return cls(path, config or saved, Vocabularies.read(path / "vocab.json"))
-
-    def new_model(self) -> nn.Module:
-        torch.manual_seed(self.config.seed)
-        return build_model(self.config, self.vocabularies)
-
-    def load_model(self, checkpoint: str | Path | None = None) -> tuple[nn.Module, int]:
-        """The model of the newest (or the given) checkpoint, in eval mode, and its step."""
-        path = checkpoint or latest_checkpoint(self.checkpoints)
-        if path is None:
-            raise CheckpointError(f"{self.checkpoints}: no checkpoint in this run")
-        loaded = read_checkpoint(path, architecture(self.config))
-        model = build_model(self.config, self.vocabularies)
-        loaded.restore(model)
-        return model.eval(), loaded.step
-
-
-# --------------------------------------------------------------------------- training
 
 
 def _alignment_targets(
@@ -307,25 +136,6 @@ def batch_loss(
     parts["loss"] = loss
     values = parallel.total(torch.stack([v.detach() for v in parts.values()])) / parallel.world
     return loss, dict(zip(parts, values.tolist(), strict=True))
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Keep metric lines up to ``step`` (a resumed run rewrites what came after its checkpoint)."""
-    if not path.is_file():
-        return
-    kept = [
-        line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and json.loads(line)["step"] <= step
-    ]
-    atomic_write(path, "".join(line + "\n" for line in kept))
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def train(
@@ -406,7 +216,7 @@ def _train(
             checkpoint.restore(model, optimizer, scheduler, rng=True)
             step = checkpoint.step
         if main:
-            _truncate_metrics(run.metrics, step)
+            truncate_metrics(run.metrics, step)
     else:
         torch.manual_seed(config.seed)  # dropout's stream starts from the seed too
     trained = parallel.wrap(model)
@@ -560,132 +370,3 @@ def finish(
         message += f", AER {results['aer']:.3f}"
     log(message)
     return results
-
-
-def describe_model(config: RunConfig) -> str:
-    m = config.model
-    if m.kind == "rnn":
-        return f"{m.style} GRU encoder-decoder, {m.score} score, {m.align} alignment"
-    return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads"
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-def _batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def corpus_loss(model: nn.Module, encoded: Sequence[Any], config: RunConfig) -> dict[str, float]:
-    """Teacher-forced token-level cross-entropy (and perplexity) over ``encoded`` examples."""
-    total, tokens = 0.0, 0
-    with torch.no_grad():
-        for batch in Batches(encoded, config.train.batch_size, seed=0, shuffle=False):
-            out = model(batch.source, batch.source_lengths, batch.target_in)
-            total += float(
-                F.cross_entropy(
-                    out.logits.flatten(0, 1),
-                    batch.target_out.flatten(),
-                    ignore_index=0,
-                    reduction="sum",
-                )
-            )
-            tokens += int((batch.target_out != 0).sum())
-    loss = total / max(tokens, 1)
-    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
-
-
-def translate(
-    model: nn.Module,
-    vocabularies: Vocabularies,
-    sentences: Sequence[Sequence[str]],
-    *,
-    beam_size: int = 1,
-    max_length: int = 50,
-    batch_size: int = 64,
-) -> list[tuple[list[str], Tensor]]:
-    """Translate tokenised sentences: ``(target tokens, weights [len(target) + 1, len(source)])``
-    (the last row is the attention of the end-of-sentence token)."""
-    results = []
-    model.eval()
-    with torch.no_grad():
-        for chunk in _batched(sentences, batch_size):
-            ids = [vocabularies.source.encode(list(s)) for s in chunk]
-            lengths = torch.tensor([len(x) for x in ids])
-            source = torch.zeros(len(ids), max(1, int(lengths.max())), dtype=torch.long)
-            for row, x in enumerate(ids):
-                source[row, : len(x)] = torch.tensor(x, dtype=torch.long)
-            for hyp, s_len in zip(
-                model.translate(source, lengths, beam_size=beam_size, max_length=max_length),
-                lengths.tolist(),
-                strict=True,
-            ):
-                tokens = vocabularies.target.decode(hyp.tokens)
-                results.append((tokens, hyp.weights[: len(tokens) + 1, :s_len]))
-    return results
-
-
-def forced_alignment(
-    model: nn.Module, vocabularies: Vocabularies, examples: Sequence[Example], batch_size: int = 64
-) -> list[Tensor]:
-    """Attention weights ``[len(target), len(source)]`` when the model is fed the reference
-    translation (forced decoding), one per example — what AER evaluates (Luong et al. 2015)."""
-    encoded = encode(examples, vocabularies.source, vocabularies.target)
-    weights = []
-    model.eval()
-    with torch.no_grad():
-        for batch in Batches(encoded, batch_size, seed=0, shuffle=False):
-            out = model(batch.source, batch.source_lengths, batch.target_in)
-            target_lengths = (batch.target_out != 0).sum(1) - 1  # without the EOS row
-            for row in range(out.weights.shape[0]):
-                t, s = int(target_lengths[row]), int(batch.source_lengths[row])
-                weights.append(out.weights[row, :t, :s])
-    return weights
-
-
-def evaluate_run(
-    model: nn.Module,
-    vocabularies: Vocabularies,
-    examples: Sequence[Example],
-    config: RunConfig,
-    *,
-    beam_size: int | None = None,
-    quiet: bool = True,
-) -> dict[str, Any]:
-    """BLEU of the translations, teacher-forced loss, and — when the examples carry gold links —
-    the alignment error rate of the attention weights (argmax source word per target word)."""
-    limit = config.decode.max_eval_sentences
-    examples = list(examples[:limit] if limit else examples)
-    beam = beam_size or config.decode.beam_size
-    results: dict[str, Any] = {"sentences": len(examples), "beam_size": beam}
-    results.update(
-        corpus_loss(model, encode(examples, vocabularies.source, vocabularies.target), config)
-    )
-    hypotheses = []
-    for chunk in tqdm(list(_batched(examples, 64)), desc="translating", disable=quiet):
-        for tokens, _ in translate(
-            model,
-            vocabularies,
-            [e.source for e in chunk],
-            beam_size=beam,
-            max_length=config.decode.max_length,
-        ):
-            hypotheses.append(detokenize(tokens, "fr"))
-    references = [detokenize(list(e.target), "fr") for e in examples]
-    results["bleu"] = bleu(hypotheses, references)
-    if examples and all(e.sure is not None for e in examples):
-        weights = forced_alignment(model, vocabularies, examples)
-        predicted = [links_from_weights(w) for w in weights]
-        results["aer"] = corpus_alignment_error_rate(
-            predicted, [e.sure for e in examples], [e.possible for e in examples]
-        )
-    results["samples"] = [
-        {"source": detokenize(list(e.source), "en"), "reference": r, "hypothesis": h}
-        for e, r, h in list(zip(examples, references, hypotheses, strict=True))[:5]
-    ]
-    return results
-
-
-def tokenize_source(sentence: str) -> list[str]:
-    return tokenize(sentence, "en")

@@ -16,7 +16,8 @@ from attnkit.config import validate
 from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.interpret.explain import explain_run, slug
 from attnkit.mechanisms.multi_head import MultiHeadAttention
-from attnkit.train import Run, train
+from attnkit.run import Run
+from attnkit.train import train
 
 SENTENCE = "I love you, Zorblax."  # "zorblax" is in no vocabulary: an unknown word
 MODELS = {
@@ -190,7 +191,7 @@ def test_recurrent_page_shows_the_models_alignment(runs, kind):
 
     assert run.path.name in page.heading and SENTENCE in page.heading
     assert detokenize(words, "fr") in page.heading
-    assert attnkit.train.describe_model(run.config) in page.notes
+    assert attnkit.run.describe_model(run.config) in page.notes
     assert "step 3" in page.notes and "zorblax(unk)" in page.notes
 
 

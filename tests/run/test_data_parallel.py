@@ -15,7 +15,8 @@ import yaml
 from safetensors.torch import load_file
 
 from attnkit.config import validate
-from attnkit.train import read_metrics, train
+from attnkit.run import read_metrics
+from attnkit.train import train
 
 TINY = {
     "name": "ddp",

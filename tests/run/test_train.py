@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 
 from attnkit.cli import main
 from attnkit.config import load_config, validate
-from attnkit.train import read_metrics, train
+from attnkit.run import read_metrics
+from attnkit.train import train
 
 ROOT = Path(__file__).parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

@@ -14,6 +14,7 @@ translations "Je t'aime !" and "Je t'adore.") is in train.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 from importlib import resources
@@ -31,6 +32,16 @@ def split_of(english: str) -> str:
     digest = hashlib.sha256(english.strip().lower().encode("utf-8")).digest()
     bucket = int.from_bytes(digest[:8], "big") % 100
     return "train" if bucket < 96 else "valid" if bucket < 98 else "test"
+
+
+@functools.cache
+def _tokenized() -> tuple[tuple[str, Example], ...]:
+    """Every bundled pair tokenised, with its split: computed once per process (~3 s), since
+    examples are immutable."""
+    return tuple(
+        (split_of(english), Example(tuple(tokenize(english, "en")), tuple(tokenize(french, "fr"))))
+        for english, french in read_tatoeba_pairs()
+    )
 
 
 def read_tatoeba_pairs() -> list[tuple[str, str]]:
@@ -69,11 +80,10 @@ def load_tatoeba(
         ):
             raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
     splits: dict[str, list[Example]] = {name: [] for name in SPLITS}
-    for english, french in read_tatoeba_pairs():
-        source, target = tuple(tokenize(english, "en")), tuple(tokenize(french, "fr"))
-        if max_length is not None and max(len(source), len(target)) > max_length:
+    for split, example in _tokenized():
+        if max_length is not None and max(len(example.source), len(example.target)) > max_length:
             continue
-        splits[split_of(english)].append(Example(source, target))
+        splits[split].append(example)
     if max_pairs is not None:
         splits["train"] = splits["train"][:max_pairs]
     return splits

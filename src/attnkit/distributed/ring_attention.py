@@ -273,7 +273,7 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, score: Score) -> None:
             f"same local positions (dim -2), got {tuple(q.shape)}, {tuple(k.shape)}, "
             f"{tuple(v.shape)}"
         )
-    if isinstance(score, Location) or score.value_features is not None:
+    if any(isinstance(s, Location) for s in score.modules()) or score.value_features is not None:
         raise ValueError(
             f"ring attention needs a score of one query and one key, independent of the key's "
             f"position, with softmax: got {score.registry_name!r} (the 'location' score indexes "

@@ -94,7 +94,7 @@ def explain_run(
         ValueError: an input with no tokens, or a bad ``beam_size``.
         attnkit.checkpoint.CheckpointError: ``run_dir`` is not a run or has no checkpoint.
     """
-    from attnkit.train import Run, describe_model  # train imports much; only the CLI needs it
+    from attnkit.run import Run, describe_model  # run imports much; only the CLI needs it
 
     source = _source_tokens(sentence)
     if beam_size is not None and (
@@ -164,7 +164,7 @@ def explain(
     ids = source_vocabulary.encode(source)
     source_ids = torch.tensor([ids], dtype=torch.long)
     lengths = torch.tensor([len(ids)])
-    # model.translate, not attnkit.train.translate: the latter returns decoded words, and a
+    # model.translate, not attnkit.evaluate.translation.translate: the latter returns decoded words, and a
     # barely trained model may emit <pad>/<bos>, which decoding drops — the ids must be kept
     # to feed the very same sequence back.
     translate: Callable[..., list[Translation]] = getattr(model, "translate")  # noqa: B009

@@ -1,0 +1,137 @@
+"""Evaluating translation models: BLEU of their translations, teacher-forced loss, and the
+alignment error rate of their attention under forced decoding (survey §4.1 extrinsic, §4.2
+intrinsic evaluation; Luong et al. 2015 evaluate attention with AER this way)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from attnkit.config import RunConfig
+from attnkit.data.batching import Batches, encode
+from attnkit.data.corpus import Example
+from attnkit.data.tokenize import detokenize
+from attnkit.evaluate.alignment import corpus_alignment_error_rate, links_from_weights
+from attnkit.evaluate.metrics import bleu
+from attnkit.run import Vocabularies
+
+
+def _batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def corpus_loss(model: nn.Module, encoded: Sequence[Any], config: RunConfig) -> dict[str, float]:
+    """Teacher-forced token-level cross-entropy (and perplexity) over ``encoded`` examples."""
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for batch in Batches(encoded, config.train.batch_size, seed=0, shuffle=False):
+            out = model(batch.source, batch.source_lengths, batch.target_in)
+            total += float(
+                F.cross_entropy(
+                    out.logits.flatten(0, 1),
+                    batch.target_out.flatten(),
+                    ignore_index=0,
+                    reduction="sum",
+                )
+            )
+            tokens += int((batch.target_out != 0).sum())
+    loss = total / max(tokens, 1)
+    return {"loss": loss, "perplexity": math.exp(min(loss, 50.0))}
+
+
+def translate(
+    model: nn.Module,
+    vocabularies: Vocabularies,
+    sentences: Sequence[Sequence[str]],
+    *,
+    beam_size: int = 1,
+    max_length: int = 50,
+    batch_size: int = 64,
+) -> list[tuple[list[str], Tensor]]:
+    """Translate tokenised sentences: ``(target tokens, weights [len(target) + 1, len(source)])``
+    (the last row is the attention of the end-of-sentence token)."""
+    results = []
+    model.eval()
+    with torch.no_grad():
+        for chunk in _batched(sentences, batch_size):
+            ids = [vocabularies.source.encode(list(s)) for s in chunk]
+            lengths = torch.tensor([len(x) for x in ids])
+            source = torch.zeros(len(ids), max(1, int(lengths.max())), dtype=torch.long)
+            for row, x in enumerate(ids):
+                source[row, : len(x)] = torch.tensor(x, dtype=torch.long)
+            for hyp, s_len in zip(
+                model.translate(source, lengths, beam_size=beam_size, max_length=max_length),
+                lengths.tolist(),
+                strict=True,
+            ):
+                tokens = vocabularies.target.decode(hyp.tokens)
+                results.append((tokens, hyp.weights[: len(tokens) + 1, :s_len]))
+    return results
+
+
+def forced_alignment(
+    model: nn.Module, vocabularies: Vocabularies, examples: Sequence[Example], batch_size: int = 64
+) -> list[Tensor]:
+    """Attention weights ``[len(target), len(source)]`` when the model is fed the reference
+    translation (forced decoding), one per example — what AER evaluates (Luong et al. 2015)."""
+    encoded = encode(examples, vocabularies.source, vocabularies.target)
+    weights = []
+    model.eval()
+    with torch.no_grad():
+        for batch in Batches(encoded, batch_size, seed=0, shuffle=False):
+            out = model(batch.source, batch.source_lengths, batch.target_in)
+            target_lengths = (batch.target_out != 0).sum(1) - 1  # without the EOS row
+            for row in range(out.weights.shape[0]):
+                t, s = int(target_lengths[row]), int(batch.source_lengths[row])
+                weights.append(out.weights[row, :t, :s])
+    return weights
+
+
+def evaluate_run(
+    model: nn.Module,
+    vocabularies: Vocabularies,
+    examples: Sequence[Example],
+    config: RunConfig,
+    *,
+    beam_size: int | None = None,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """BLEU of the translations, teacher-forced loss, and — when the examples carry gold links —
+    the alignment error rate of the attention weights (argmax source word per target word)."""
+    limit = config.decode.max_eval_sentences
+    examples = list(examples[:limit] if limit else examples)
+    beam = beam_size or config.decode.beam_size
+    results: dict[str, Any] = {"sentences": len(examples), "beam_size": beam}
+    results.update(
+        corpus_loss(model, encode(examples, vocabularies.source, vocabularies.target), config)
+    )
+    hypotheses = []
+    for chunk in tqdm(list(_batched(examples, 64)), desc="translating", disable=quiet):
+        for tokens, _ in translate(
+            model,
+            vocabularies,
+            [e.source for e in chunk],
+            beam_size=beam,
+            max_length=config.decode.max_length,
+        ):
+            hypotheses.append(detokenize(tokens, "fr"))
+    references = [detokenize(list(e.target), "fr") for e in examples]
+    results["bleu"] = bleu(hypotheses, references)
+    if examples and all(e.sure is not None for e in examples):
+        weights = forced_alignment(model, vocabularies, examples)
+        predicted = [links_from_weights(w) for w in weights]
+        results["aer"] = corpus_alignment_error_rate(
+            predicted, [e.sure for e in examples], [e.possible for e in examples]
+        )
+    results["samples"] = [
+        {"source": detokenize(list(e.source), "en"), "reference": r, "hypothesis": h}
+        for e, r, h in list(zip(examples, references, hypotheses, strict=True))[:5]
+    ]
+    return results

@@ -1,0 +1,209 @@
+"""A training run's directory: its configuration, vocabularies, model, checkpoints and metrics.
+
+    runs/<name>-<timestamp>/
+        config.yaml        the resolved configuration (defaults filled in)
+        vocab.json         source and target vocabularies
+        links.pharaoh      supervised attention: the aligner's links for the training pairs
+        metrics.jsonl      one line per step ({"step", "loss", "nll", "lr", ...}) and per evaluation
+        checkpoints/       step-XXXXXXXX.safetensors + .json (see attnkit.checkpoint)
+        results.json       final evaluation (BLEU, AER, ...)
+        report.html        the run's report; heatmaps/ its alignment matrices as PNG
+
+:class:`Run` opens one (refusing a configuration of another architecture before anything is
+loaded), builds its model and loads its checkpoints; :func:`load_examples` and
+:func:`build_model` turn a configuration into data and a model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnkit.checkpoint import CheckpointError, atomic_write, latest_checkpoint, read_checkpoint
+from attnkit.config import (
+    ConfigError,
+    RunConfig,
+    architecture,
+    differing_keys,
+    to_yaml,
+    validate,
+)
+from attnkit.data.corpus import Example
+from attnkit.data.vocabulary import Vocabulary
+
+
+def load_examples(config: RunConfig) -> dict[str, list[Example]]:
+    """The corpus of ``config.data``, split into "train", "valid" and "test"."""
+    data = config.data
+    if data.corpus == "tatoeba":
+        from attnkit.data.tatoeba import load_tatoeba
+
+        return load_tatoeba(max_length=data.max_length, max_pairs=data.max_pairs)
+    from attnkit.data.hansards import load_hansards
+
+    root = Path(data.root or "")
+    if not root.is_dir():
+        raise ConfigError(f"data.root: no such directory {str(root)!r}")
+    return load_hansards(root, max_length=data.max_length, max_pairs=data.max_pairs)
+
+
+@dataclass
+class Vocabularies:
+    source: Vocabulary
+    target: Vocabulary
+
+    @classmethod
+    def build(cls, examples: Sequence[Example], config: RunConfig) -> Vocabularies:
+        d = config.data
+        return cls(
+            Vocabulary.build((e.source for e in examples), d.min_freq, d.max_vocab),
+            Vocabulary.build((e.target for e in examples), d.min_freq, d.max_vocab),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps({"source": self.source.to_dict(), "target": self.target.to_dict()})
+
+    @classmethod
+    def read(cls, path: Path) -> Vocabularies:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return cls(Vocabulary.from_dict(raw["source"]), Vocabulary.from_dict(raw["target"]))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise CheckpointError(f"{path}: unreadable vocabulary ({error})") from None
+
+
+def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
+    """The model of ``config.model`` for these vocabularies (initialised from the global RNG)."""
+    m = config.model
+    sizes = (len(vocabularies.source), len(vocabularies.target))
+    if m.kind == "rnn":
+        from attnkit.models import RNNSeq2Seq
+
+        return RNNSeq2Seq(
+            *sizes,
+            style=m.style,
+            score=m.score,
+            align=m.align,
+            embed_dim=m.embed_dim,
+            hidden_dim=m.hidden_dim,
+            num_layers=m.num_layers,
+            dropout=m.dropout,
+            window=m.window,
+            input_feeding=m.input_feeding,
+            max_source_length=m.max_source_length,
+        )
+    from attnkit.models import TransformerSeq2Seq
+
+    return TransformerSeq2Seq(
+        *sizes,
+        d_model=m.d_model,
+        nhead=m.nhead,
+        num_layers=m.num_layers,
+        dim_feedforward=m.dim_feedforward,
+        dropout=m.dropout,
+        max_length=m.max_length,
+    )
+
+
+def describe_model(config: RunConfig) -> str:
+    m = config.model
+    if m.kind == "rnn":
+        return f"{m.style} GRU encoder-decoder, {m.score} score, {m.align} alignment"
+    return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads"
+
+
+class Run:
+    """A run directory: its configuration, vocabularies, model and checkpoints."""
+
+    def __init__(self, path: Path, config: RunConfig, vocabularies: Vocabularies) -> None:
+        self.path, self.config, self.vocabularies = path, config, vocabularies
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @classmethod
+    def create(
+        cls,
+        config: RunConfig,
+        vocabularies: Vocabularies,
+        runs_dir: str | Path = "runs",
+        path: str | Path | None = None,
+    ) -> Run:
+        if path is None:
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+            path = Path(runs_dir) / f"{config.name}-{stamp}"
+        path = Path(path)
+        if path.exists() and any(path.iterdir()):
+            raise ConfigError(f"run directory {str(path)!r} exists and is not empty (use --resume)")
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write(path / "config.yaml", to_yaml(config))
+        atomic_write(path / "vocab.json", vocabularies.to_json())
+        return cls(path, config, vocabularies)
+
+    @classmethod
+    def open(cls, path: str | Path, config: RunConfig | None = None) -> Run:
+        """Open an existing run; with ``config``, refuse it if the architecture differs."""
+        import yaml
+
+        path = Path(path)
+        config_path = path / "config.yaml"
+        if not config_path.is_file():
+            raise CheckpointError(f"{config_path}: not a run directory (no config.yaml)")
+        try:
+            raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            raise CheckpointError(f"{config_path}: unreadable run configuration") from None
+        saved = validate(raw, str(config_path))
+        if config is not None:
+            differences = differing_keys(architecture(saved), architecture(config))
+            if differences:
+                raise CheckpointError(
+                    f"{config_path}: the given configuration's architecture differs: "
+                    + "; ".join(differences)
+                )
+        return cls(path, config or saved, Vocabularies.read(path / "vocab.json"))
+
+    def new_model(self) -> nn.Module:
+        torch.manual_seed(self.config.seed)
+        return build_model(self.config, self.vocabularies)
+
+    def load_model(self, checkpoint: str | Path | None = None) -> tuple[nn.Module, int]:
+        """The model of the newest (or the given) checkpoint, in eval mode, and its step."""
+        path = checkpoint or latest_checkpoint(self.checkpoints)
+        if path is None:
+            raise CheckpointError(f"{self.checkpoints}: no checkpoint in this run")
+        loaded = read_checkpoint(path, architecture(self.config))
+        model = build_model(self.config, self.vocabularies)
+        loaded.restore(model)
+        return model.eval(), loaded.step
+
+
+def truncate_metrics(path: Path, step: int) -> None:
+    """Keep metric lines up to ``step`` (a resumed run rewrites what came after its checkpoint)."""
+    if not path.is_file():
+        return
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line)["step"] <= step
+    ]
+    atomic_write(path, "".join(line + "\n" for line in kept))
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
