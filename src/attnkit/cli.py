@@ -69,8 +69,8 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _translate(args: argparse.Namespace) -> int:
     from attnkit.data.tokenize import detokenize, tokenize
-    from attnkit.report import Alignment, format_matrix
     from attnkit.evaluate.translation import translate
+    from attnkit.report import Alignment, format_matrix
     from attnkit.run import Run
 
     run = Run.open(args.run_dir)
