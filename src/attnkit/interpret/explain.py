@@ -24,9 +24,8 @@ the source words; decoder self-attention rows and columns are the decoder's inpu
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -164,9 +163,9 @@ def explain(
     ids = source_vocabulary.encode(source)
     source_ids = torch.tensor([ids], dtype=torch.long)
     lengths = torch.tensor([len(ids)])
-    # model.translate, not attnkit.evaluate.translation.translate: the latter returns decoded words, and a
-    # barely trained model may emit <pad>/<bos>, which decoding drops — the ids must be kept
-    # to feed the very same sequence back.
+    # model.translate, not attnkit.evaluate.translation.translate: the latter returns decoded
+    # words, and a barely trained model may emit <pad>/<bos>, which decoding drops — the ids
+    # must be kept to feed the very same sequence back.
     translate: Callable[..., list[Translation]] = getattr(model, "translate")  # noqa: B009
     (hypothesis,) = translate(source_ids, lengths, beam_size=beam_size, max_length=max_length)
     emitted = list(hypothesis.tokens)
@@ -174,8 +173,9 @@ def explain(
     ended = len(emitted) < max_length
     target_in = torch.tensor([[target_vocabulary.BOS, *emitted]], dtype=torch.long)
 
-    with torch.no_grad(), record(model) as recorder, _decoder_attention_steps(model) as steps:
+    with torch.no_grad(), record(model) as recorder:
         out = model(source_ids, lengths, target_in)
+    steps = _decoder_attention_steps(model, recorder.weights)
     model_weights = out.weights[0].detach()  # [T, S]
 
     source_labels = [
@@ -224,33 +224,15 @@ def _source_tokens(sentence: str) -> list[str]:
     return tokens
 
 
-@contextlib.contextmanager
-def _decoder_attention_steps(model: nn.Module) -> Iterator[dict[str, list[Tensor]]]:
-    """Weights ``[N, M, S]`` of every call of the model's recurrent ``DecoderAttention``
-    modules, by module name.
-
-    They compute their softmax themselves (one step at a time, with the keys' features cached)
-    rather than through the engine, so :func:`record` does not see them; a forward hook does.
-    """
+def _decoder_attention_steps(
+    model: nn.Module, recorded: dict[str, list[Tensor]]
+) -> dict[str, list[Tensor]]:
+    """The recorded calls ``[N, 1, M, S]`` of the model's recurrent ``DecoderAttention``
+    modules (one call per target step), by module name; empty for other models."""
     from attnkit.models.decoder_attention import DecoderAttention
 
-    steps: dict[str, list[Tensor]] = {}
-    handles = []
-
-    def hook(name: str) -> Callable[[nn.Module, object, tuple[Tensor, Tensor]], None]:
-        def store(module: nn.Module, args: object, out: tuple[Tensor, Tensor]) -> None:
-            steps.setdefault(name, []).append(out[1].detach())
-
-        return store
-
-    try:
-        for name, module in model.named_modules():
-            if isinstance(module, DecoderAttention):
-                handles.append(module.register_forward_hook(hook(name)))
-        yield steps
-    finally:
-        for handle in handles:
-            handle.remove()
+    names = {name for name, m in model.named_modules() if isinstance(m, DecoderAttention)}
+    return {name: calls for name, calls in recorded.items() if name in names and calls}
 
 
 def _recurrent_maps(
@@ -260,7 +242,7 @@ def _recurrent_maps(
     if len(steps) != 1:
         raise ValueError(f"expected one recurrent decoder attention, found {sorted(steps)}")
     (calls,) = steps.values()
-    weights = torch.cat(calls, dim=1)[0]  # T calls of [1, 1, S] → [T, S]
+    weights = torch.cat(calls, dim=2)[0, 0]  # T calls of [1, 1, 1, S] → [T, S]
     if weights.shape != (len(rows), len(columns)):
         raise RuntimeError(
             f"recorded decoder attention {list(weights.shape)} does not match "
