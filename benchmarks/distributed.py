@@ -45,8 +45,8 @@ def _rank(rank: int, world: int, n: int, causal: bool, repeats: int) -> dict:
     g = torch.Generator().manual_seed(rank)
     m = akd.padded_length(n, world) // world
     q, k, v = (torch.randn(B, H, m, D, generator=g).requires_grad_(True) for _ in range(3))
-    tiny = [t[..., :2, :].detach().clone().requires_grad_(True) for t in (q, k, v)]
-    akd.ring_attention(*tiny, causal=causal).context.sum().backward()  # warm-up, negligible
+    tq, tk, tv = (t[..., :2, :].detach().clone().requires_grad_(True) for t in (q, k, v))
+    akd.ring_attention(tq, tk, tv, causal=causal).context.sum().backward()  # warm-up, negligible
     before = _rss_bytes()
     times = []
     for _ in range(repeats):

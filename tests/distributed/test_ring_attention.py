@@ -23,7 +23,7 @@ TOLERANCE = 1e-5  # max abs error, fp32 ring vs float64 formula
 
 
 def formula(q, k, v, *, causal, score_matrix=None):
-    """Softmax attention in float64 over the whole sequence: ``[B, H, n, d_v]``."""
+    """Softmax attention over the whole sequence: ``(context [B, H, n, d_v], lse [B, H, n])``."""
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     if score_matrix is None:  # scaled dot product, eq. (2) with 1/sqrt(d_k)
@@ -34,7 +34,7 @@ def formula(q, k, v, *, causal, score_matrix=None):
     if causal:
         above = torch.ones(n, n, dtype=torch.bool).triu(1)
         s = s.masked_fill(above, float("-inf"))
-    return torch.softmax(s, -1) @ v
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
 
 
 CASES = [  # (length n, causal, layout, query heads, key/value heads, score)
@@ -56,6 +56,7 @@ def _worker(rank: int, world: int) -> list[list[float]]:
         k = torch.randn(2, kv_heads, n, d, generator=g, dtype=torch.float64)
         v = torch.randn(2, kv_heads, n, d, generator=g, dtype=torch.float64)
         d_out = torch.randn(2, heads, n, d, generator=g, dtype=torch.float64)
+        d_lse = torch.randn(2, heads, n, generator=g, dtype=torch.float64)
         score, matrix = "scaled_dot", None
         if score_name == "general":
             score = General(d, d)
@@ -63,18 +64,27 @@ def _worker(rank: int, world: int) -> list[list[float]]:
                 score.query_proj.weight.copy_(torch.randn(d, d, generator=g) / d)
             matrix = score.query_proj.weight.detach().double().T.clone().requires_grad_(True)
         full = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        (formula(*full, causal=causal, score_matrix=matrix) * d_out).sum().backward()
-        expected_out = formula(q, k, v, causal=causal, score_matrix=matrix)
+        # The loss reaches the inputs through the context and through the lse.
+        context, lse = formula(*full, causal=causal, score_matrix=matrix)
+        ((context * d_out).sum() + (lse * d_lse).sum()).backward()
+        expected_out, expected_lse = formula(q, k, v, causal=causal, score_matrix=matrix)
 
-        def mine(t, layout=layout):
-            return akd.shard_sequence(t.float(), rank=rank, world_size=world, layout=layout)
+        def mine(t, layout=layout, dim=-2):
+            return akd.shard_sequence(
+                t.float(), rank=rank, world_size=world, layout=layout, dim=dim
+            )
 
         local = [mine(t).requires_grad_(True) for t in (q, k, v)]
-        out = akd.ring_attention(
-            *local, causal=causal, score=score, length=n, layout=layout
-        ).context
-        (out * mine(d_out)).sum().backward()
+        result = akd.ring_attention(*local, causal=causal, score=score, length=n, layout=layout)
+        out, lse = result.context, result.lse
+        real = torch.isfinite(lse)  # padding positions: lse = -inf, no keys
+        lse_term = (torch.where(real, lse, 0.0) * mine(d_lse, dim=-1)).sum()
+        ((out * mine(d_out)).sum() + lse_term).backward()
         case_errors = [(out - mine(expected_out)).abs().max().item()]
+        case_errors.append((lse[real] - mine(expected_lse, dim=-1)[real]).abs().max().item())
+        assert int(real.sum()) == 2 * heads * sum(  # exactly the padding positions are empty
+            int(p < n) for p in akd.local_positions(rank, world, out.shape[-2], layout)
+        )
         case_errors += [
             (t.grad - mine(f.grad)).abs().max().item() for t, f in zip(local, full, strict=True)
         ]
@@ -107,7 +117,7 @@ def test_one_process_without_torch_distributed_is_plain_attention():
     out = akd.ring_attention(
         q.float(), k.float(), v.float(), causal=True, layout="contiguous"
     ).context  # 3-D inputs
-    expected = formula(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), causal=True).squeeze(1)
+    expected = formula(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), causal=True)[0].squeeze(1)
     assert (out - expected).abs().max() <= TOLERANCE
 
 

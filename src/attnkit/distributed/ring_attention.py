@@ -125,18 +125,20 @@ class RingSpec:
     def segments(self, source: int) -> list[Segment]:
         """The segments of this rank's queries against the key block of rank ``source``."""
         if source not in self._plans:
-            chunks = [local_chunks(r, self.world_size, self.local_length, self.layout)
-                      for r in (self.rank, source)]  # fmt: skip
-            self._plans[source] = plan_segments(*chunks, self.causal, self.length)
+            mine = local_chunks(self.rank, self.world_size, self.local_length, self.layout)
+            theirs = local_chunks(source, self.world_size, self.local_length, self.layout)
+            self._plans[source] = plan_segments(mine, theirs, self.causal, self.length)
         return self._plans[source]
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, s: Segment) -> AttentionOutput:
-        """The engine on one segment: ``context [B, H, q1-q0, d_v]`` and ``lse [B, H, q1-q0]``."""
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, s: Segment) -> tuple[Tensor, Tensor]:
+        """The engine on one segment, given its rows ``q [B, H, q1-q0, d_k]``,
+        ``k [B, G, k1-k0, d_k]``, ``v [B, G, k1-k0, d_v]``: ``(context [B, H, q1-q0, d_v],
+        lse [B, H, q1-q0])``."""
         mask = None if s.mask is None else s.mask.to(q.device)
-        return attention(
-            q[..., s.q0 : s.q1, :],
-            k[..., s.k0 : s.k1, :],
-            v[..., s.k0 : s.k1, :],
+        out = attention(
+            q,
+            k,
+            v,
             score=self.score,
             scale=self.scale,
             causal=s.causal,
@@ -144,6 +146,8 @@ class RingSpec:
             return_lse=True,
             backend=self.backend,
         )
+        assert out.lse is not None  # return_lse=True: the engine guarantees it
+        return out.context, out.lse
 
     def ring(self) -> Ring | None:
         return Ring(self.group) if self.world_size > 1 else None
@@ -170,11 +174,12 @@ def ring_forward(spec: RingSpec, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tenso
         if ring is not None and step < spec.world_size - 1:  # the next block travels meanwhile
             shift = ring.shift([k, v], f"the key/value block of rank {_source(spec, step + 1)}")
         for s in spec.segments(_source(spec, step)):
-            part = spec.attend(q, k, v, s)
-            rows = slice(s.q0, s.q1)
+            rows, keys = slice(s.q0, s.q1), slice(s.k0, s.k1)
+            context, part_lse = spec.attend(q[..., rows, :], k[..., keys, :], v[..., keys, :], s)
             so_far = AttentionOutput(out[..., rows, :], lse=lse[..., rows])
-            part = AttentionOutput(part.context.to(dtype), lse=part.lse.to(dtype))
+            part = AttentionOutput(context.to(dtype), lse=part_lse.to(dtype))
             merged = merge_attention([so_far, part])
+            assert merged.lse is not None
             out[..., rows, :], lse[..., rows] = merged.context, merged.lse
         if shift is not None:
             k, v = shift.wait()
@@ -207,27 +212,33 @@ def ring_backward(
         dk = torch.zeros(k.shape, dtype=dtype, device=k.device)
         dv = torch.zeros(v.shape, dtype=dtype, device=v.device)
         for s in spec.segments(_source(spec, step)):
-            qs, ks, vs = (t.detach().requires_grad_(True) for t in (q, k_block, v_block))
+            rows, keys = slice(s.q0, s.q1), slice(s.k0, s.k1)
+            # Leaves of the segment's rows only: their gradients are segment-sized, not [m, d].
+            qs, ks, vs = (
+                t[..., r, :].detach().requires_grad_(True)
+                for t, r in ((q, rows), (k_block, keys), (v_block, keys))
+            )
             with torch.enable_grad():
-                part = spec.attend(qs, ks, vs, s)
-            rows = slice(s.q0, s.q1)
-            weight = torch.exp(part.lse.detach().to(dtype) - safe_lse[..., rows])  # w_s; 0 if empty
+                context, part_lse = spec.attend(qs, ks, vs, s)
+            weight = torch.exp(part_lse.detach().to(dtype) - safe_lse[..., rows])  # w_s; 0 if empty
             d_out_rows = d_out[..., rows, :]
-            context = part.context.detach().to(dtype)
             d_context = weight.unsqueeze(-1) * d_out_rows
-            d_part_lse = weight * ((d_out_rows * context).sum(-1) - row_term[..., rows])
+            d_part_lse = weight * (
+                (d_out_rows * context.detach().to(dtype)).sum(-1) - row_term[..., rows]
+            )
             grads = torch.autograd.grad(
-                [part.context, part.lse],
+                [context, part_lse],
                 [qs, ks, vs, *params],
-                [d_context.to(part.context.dtype), d_part_lse.to(part.lse.dtype)],
+                [d_context.to(context.dtype), d_part_lse.to(part_lse.dtype)],
                 allow_unused=True,
             )
-            for acc, g in zip((dq, dk, dv), grads[:3], strict=True):
+            for acc, r, g in zip((dq, dk, dv), (rows, keys, keys), grads[:3], strict=True):
                 if g is not None:
-                    acc += g
+                    acc[..., r, :] += g
             for i, g in enumerate(grads[3:]):
                 if g is not None:
-                    d_params[i] = g if d_params[i] is None else d_params[i] + g
+                    previous = d_params[i]
+                    d_params[i] = g if previous is None else previous + g
         if carried is not None:  # the gradient of this block from the ranks it visited before
             previous_dk, previous_dv = carried.wait()
             dk, dv = dk + previous_dk, dv + previous_dv
