@@ -77,6 +77,12 @@ def entries() -> list[Entry]:
         (m.MultiHeadAttention, lambda: m.MultiHeadAttention(8, 2)),
         (m.MultiHopAttention, lambda: m.MultiHopAttention(8, 8, num_hops=2)),
         (m.CapsuleAttention, lambda: m.CapsuleAttention(8, num_classes=3)),
+        (m.SqueezeExcitation, lambda: m.SqueezeExcitation(8, reduction=2)),
+        (m.ConvolutionalBlockAttention, lambda: m.ConvolutionalBlockAttention(8, reduction=2)),
+        (m.NonLocalBlock, lambda: m.NonLocalBlock(8)),
+        (m.CrissCrossAttention, lambda: m.CrissCrossAttention(8)),
+        (m.RecurrentCrissCrossAttention, lambda: m.RecurrentCrissCrossAttention(8)),
+        (m.DualAttention, lambda: m.DualAttention(8)),
     ]
     out += [
         Entry(cls.__name__, _first_line(cls), build, f"{cls.__module__}.{cls.__name__}")

@@ -2,10 +2,13 @@
 
 Feature-related (§3.1): co-attention, rotatory attention, attention-via-attention, hierarchical
 attention, multi-representational attention. Query-related (§3.3): self-attentive queries,
-multi-head, multi-hop and capsule-based attention. Each composes with any score and alignment and
+multi-head, multi-hop and capsule-based attention. Beyond sequences (seed 001): convolutional
+attention in ``vision`` (squeeze-and-excitation, CBAM, non-local, criss-cross, dual attention).
+Each composes with any score and alignment and
 declares its place in ``attnkit.taxonomy``.
 """
 
+from attnkit.mechanisms import vision
 from attnkit.mechanisms.attention_via_attention import (
     AttentionViaAttention,
     AttentionViaAttentionOutput,
@@ -40,6 +43,18 @@ from attnkit.mechanisms.self_attentive import (
     LearnedQueryAttention,
     SelfAttention,
 )
+from attnkit.mechanisms.vision import (
+    CBAMChannelAttention,
+    CBAMSpatialAttention,
+    ConvolutionalBlockAttention,
+    CrissCrossAttention,
+    DualAttention,
+    DualChannelAttention,
+    DualPositionAttention,
+    NonLocalBlock,
+    RecurrentCrissCrossAttention,
+    SqueezeExcitation,
+)
 
 __all__ = [
     "AlternatingCoAttention",
@@ -47,11 +62,18 @@ __all__ = [
     "AttentionViaAttentionOutput",
     "AttentiveQueryTransform",
     "BilinearAffinity",
+    "CBAMChannelAttention",
+    "CBAMSpatialAttention",
     "CapsuleAttention",
     "CapsuleOutput",
     "CoAttentionOutput",
     "ConcatAffinity",
     "ConstantQueryAttention",
+    "ConvolutionalBlockAttention",
+    "CrissCrossAttention",
+    "DualAttention",
+    "DualChannelAttention",
+    "DualPositionAttention",
     "HierarchicalAttention",
     "HierarchicalAttentionOutput",
     "IdentityEncoder",
@@ -64,10 +86,14 @@ __all__ = [
     "MultiHopOutput",
     "MultiHopRotatoryAttention",
     "MultiRepresentationalAttention",
+    "NonLocalBlock",
     "ParallelCoAttention",
+    "RecurrentCrissCrossAttention",
     "RecurrentEncoder",
     "RotatoryAttention",
     "RotatoryOutput",
     "SelfAttention",
+    "SqueezeExcitation",
     "capsule_loss",
+    "vision",
 ]
