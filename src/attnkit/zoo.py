@@ -83,6 +83,20 @@ def entries() -> list[Entry]:
         (m.CrissCrossAttention, lambda: m.CrissCrossAttention(8)),
         (m.RecurrentCrissCrossAttention, lambda: m.RecurrentCrissCrossAttention(8)),
         (m.DualAttention, lambda: m.DualAttention(8)),
+        (m.MultiheadAttentionBlock, lambda: m.MultiheadAttentionBlock(8, 2)),
+        (m.SetAttentionBlock, lambda: m.SetAttentionBlock(8, 2)),
+        (
+            m.InducedSetAttentionBlock,
+            lambda: m.InducedSetAttentionBlock(8, 2, num_inducing_points=4),
+        ),
+        (m.PoolingByMultiheadAttention, lambda: m.PoolingByMultiheadAttention(8, 2)),
+        (m.PerceiverEncoder, lambda: m.PerceiverEncoder(8, 8, 4, num_heads=2)),
+        (m.Hopfield, lambda: m.Hopfield(8)),
+        (m.HopfieldPooling, lambda: m.HopfieldPooling(8)),
+        (m.HopfieldLayer, lambda: m.HopfieldLayer(8, num_stored_patterns=16)),
+        (m.FastWeightProgrammer, lambda: m.FastWeightProgrammer(8, num_heads=2)),
+        (m.GraphAttention, lambda: m.GraphAttention(8, 4, num_heads=2)),
+        (m.GraphAttentionV2, lambda: m.GraphAttentionV2(8, 4, num_heads=2)),
     ]
     out += [
         Entry(cls.__name__, _first_line(cls), build, f"{cls.__module__}.{cls.__name__}")

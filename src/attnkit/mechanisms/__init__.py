@@ -3,7 +3,9 @@
 Feature-related (§3.1): co-attention, rotatory attention, attention-via-attention, hierarchical
 attention, multi-representational attention. Query-related (§3.3): self-attentive queries,
 multi-head, multi-hop and capsule-based attention. Beyond sequences (seed 001): convolutional
-attention in ``vision`` (squeeze-and-excitation, CBAM, non-local, criss-cross, dual attention).
+attention in ``vision`` (squeeze-and-excitation, CBAM, non-local, criss-cross, dual attention),
+sets (Set Transformer), latents (Perceiver), associative memory (modern Hopfield, fast weights) and
+graphs (GAT, GATv2).
 Each composes with any score and alignment and
 declares its place in ``attnkit.taxonomy``.
 """
@@ -23,12 +25,21 @@ from attnkit.mechanisms.co_attention import (
     MultiGrainedCoAttention,
     ParallelCoAttention,
 )
+from attnkit.mechanisms.fast_weights import (
+    FastWeightProgrammer,
+    FastWeightState,
+    delta_update_step,
+    sum_update_step,
+)
+from attnkit.mechanisms.graph import GraphAttention, GraphAttentionOutput, GraphAttentionV2
 from attnkit.mechanisms.hierarchical import (
     HierarchicalAttention,
     HierarchicalAttentionOutput,
     IdentityEncoder,
     RecurrentEncoder,
 )
+from attnkit.mechanisms.hopfield import Hopfield, HopfieldLayer, HopfieldPooling, hopfield_update
+from attnkit.mechanisms.latent import LatentCrossAttention, PerceiverEncoder
 from attnkit.mechanisms.multi_head import MultiHeadAttention
 from attnkit.mechanisms.multi_hop import (
     AttentiveQueryTransform,
@@ -42,6 +53,12 @@ from attnkit.mechanisms.self_attentive import (
     ConstantQueryAttention,
     LearnedQueryAttention,
     SelfAttention,
+)
+from attnkit.mechanisms.sets import (
+    InducedSetAttentionBlock,
+    MultiheadAttentionBlock,
+    PoolingByMultiheadAttention,
+    SetAttentionBlock,
 )
 from attnkit.mechanisms.vision import (
     CBAMChannelAttention,
@@ -74,10 +91,20 @@ __all__ = [
     "DualAttention",
     "DualChannelAttention",
     "DualPositionAttention",
+    "FastWeightProgrammer",
+    "FastWeightState",
+    "GraphAttention",
+    "GraphAttentionOutput",
+    "GraphAttentionV2",
     "HierarchicalAttention",
     "HierarchicalAttentionOutput",
+    "Hopfield",
+    "HopfieldLayer",
+    "HopfieldPooling",
     "IdentityEncoder",
+    "InducedSetAttentionBlock",
     "InteractiveCoAttention",
+    "LatentCrossAttention",
     "LearnedQueryAttention",
     "LinearQueryTransform",
     "MultiGrainedCoAttention",
@@ -86,14 +113,21 @@ __all__ = [
     "MultiHopOutput",
     "MultiHopRotatoryAttention",
     "MultiRepresentationalAttention",
+    "MultiheadAttentionBlock",
     "NonLocalBlock",
     "ParallelCoAttention",
+    "PerceiverEncoder",
+    "PoolingByMultiheadAttention",
     "RecurrentCrissCrossAttention",
     "RecurrentEncoder",
     "RotatoryAttention",
     "RotatoryOutput",
     "SelfAttention",
+    "SetAttentionBlock",
     "SqueezeExcitation",
     "capsule_loss",
+    "delta_update_step",
+    "hopfield_update",
+    "sum_update_step",
     "vision",
 ]

@@ -26,6 +26,7 @@ Shapes: B batch, n set size, m inducing points, k seed vectors, d model size.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -123,14 +124,10 @@ class MultiheadAttentionBlock(nn.Module):
         d_query = d_model if d_query is None else d_query
         d_key = d_model if d_key is None else d_key
         d_feedforward = d_model if d_feedforward is None else d_feedforward
-        _check_positive(
-            d_model=d_model, d_query=d_query, d_key=d_key, d_feedforward=d_feedforward
-        )
+        _check_positive(d_model=d_model, d_query=d_query, d_key=d_key, d_feedforward=d_feedforward)
         self.d_model, self.d_query, self.d_key = d_model, d_query, d_key
         self.taxonomy = {"query_type": query_type, "query_multiplicity": "Multi-Head"}
-        self.query_projection = (
-            nn.Identity() if d_query == d_model else nn.Linear(d_query, d_model)
-        )
+        self.query_projection = nn.Identity() if d_query == d_model else nn.Linear(d_query, d_model)
         self.attention = MultiHeadAttention(
             d_model,
             num_heads,
@@ -185,11 +182,11 @@ class SetAttentionBlock(nn.Module):
     taxonomy = TAXONOMY
 
     def __init__(
-        self, d_model: int, num_heads: int, d_input: int | None = None, **options: object
+        self, d_model: int, num_heads: int, d_input: int | None = None, **options: Any
     ) -> None:
         super().__init__()
         self.block = MultiheadAttentionBlock(
-            d_model, num_heads, d_query=d_input, d_key=d_input, **options  # type: ignore[arg-type]
+            d_model, num_heads, d_query=d_input, d_key=d_input, **options
         )
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -227,19 +224,15 @@ class InducedSetAttentionBlock(nn.Module):
         num_heads: int,
         num_inducing_points: int,
         d_input: int | None = None,
-        **options: object,
+        **options: Any,
     ) -> None:
         super().__init__()
         _check_positive(num_inducing_points=num_inducing_points)
         self.inducing_points = nn.Parameter(torch.empty(num_inducing_points, d_model))
         nn.init.xavier_uniform_(self.inducing_points)
         # The inducing points are learned queries (survey eq. 34); the elements query H.
-        self.summarise = MultiheadAttentionBlock(
-            d_model, num_heads, d_key=d_input, **options  # type: ignore[arg-type]
-        )
-        self.broadcast = MultiheadAttentionBlock(
-            d_model, num_heads, d_query=d_input, **options  # type: ignore[arg-type]
-        )
+        self.summarise = MultiheadAttentionBlock(d_model, num_heads, d_key=d_input, **options)
+        self.broadcast = MultiheadAttentionBlock(d_model, num_heads, d_query=d_input, **options)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         inducing = self.inducing_points.to(x.dtype).expand(x.shape[0], -1, -1)  # [B, m, d]
@@ -271,17 +264,15 @@ class PoolingByMultiheadAttention(nn.Module):
 
     taxonomy = TAXONOMY
 
-    def __init__(
-        self, d_model: int, num_heads: int, num_seeds: int = 1, **options: object
-    ) -> None:
+    def __init__(self, d_model: int, num_heads: int, num_seeds: int = 1, **options: Any) -> None:
         super().__init__()
         _check_positive(d_model=d_model, num_seeds=num_seeds)
         self.d_model = d_model
         self.seeds = nn.Parameter(torch.empty(num_seeds, d_model))
         nn.init.xavier_uniform_(self.seeds)
         d_feedforward = options.get("d_feedforward") or d_model
-        self.feedforward = RowwiseFeedForward(d_model, d_feedforward, d_model)  # type: ignore[arg-type]
-        self.block = MultiheadAttentionBlock(d_model, num_heads, **options)  # type: ignore[arg-type]
+        self.feedforward = RowwiseFeedForward(d_model, d_feedforward, d_model)
+        self.block = MultiheadAttentionBlock(d_model, num_heads, **options)
 
     def forward(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
         check_set(type(self).__name__, z, self.d_model, mask)
