@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from attnkit import __version__
 
@@ -46,9 +47,16 @@ def _eval(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set) if args.config else None
     run = Run.open(args.run_dir, config)
     model, step = run.load_model(args.checkpoint)
-    examples = load_examples(run.config)
+    if run.task is None:
+        examples = load_examples(run.config)
+    else:
+        from attnkit.tasks.trainer import evaluation_slice
+
+        examples = evaluation_slice(run.config, run.task.load())
     if args.split not in examples:
         raise ValueError(f"--split must be one of {', '.join(examples)}, got {args.split!r}")
+    if run.task is not None:
+        return _eval_classifier(args, run, model, step, examples[args.split])
     results = evaluate_run(
         model,
         run.vocabularies,
@@ -67,6 +75,29 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_classifier(
+    args: argparse.Namespace, run: Any, model: Any, step: int, examples: Sequence[Any]
+) -> int:
+    import json
+
+    from attnkit.checkpoint import atomic_write
+    from attnkit.tasks.trainer import evaluate_classifier
+
+    results = evaluate_classifier(model, run.task, examples, run.config.train.batch_size)
+    results["step"] = step
+    atomic_write(run.path / f"eval-{args.split}.json", json.dumps(results, indent=1))
+    uniform = results["uniform_attention"]
+    print(f"{run.path.name} step {step}, {args.split} split, {results['examples']} examples")
+    print(
+        f"  accuracy    {results['accuracy']:.4f}   (uniform attention {uniform['accuracy']:.4f})"
+    )
+    print(
+        f"  macro-F1    {results['macro_f1']:.4f}   (uniform attention {uniform['macro_f1']:.4f})"
+    )
+    print(f"  loss        {results['loss']:.4f}")
+    return 0
+
+
 def _translate(args: argparse.Namespace) -> int:
     from attnkit.data.tokenize import detokenize, tokenize
     from attnkit.evaluate.translation import translate
@@ -74,6 +105,11 @@ def _translate(args: argparse.Namespace) -> int:
     from attnkit.run import Run
 
     run = Run.open(args.run_dir)
+    if not run.config.is_translation:
+        raise ValueError(
+            f"{run.path}: a {run.config.data.corpus} run classifies; translate needs a "
+            "translation run (use attnkit eval)"
+        )
     model, _ = run.load_model()
     for sentence in args.sentences:
         source = tokenize(sentence, "en")

@@ -35,15 +35,50 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class DataConfig(_Section):
-    """Which parallel corpus, how it is filtered, and how vocabularies are built."""
+#: the translation corpora; every other corpus is a classification task (``attnkit.tasks``)
+TRANSLATION_CORPORA = ("tatoeba", "hansards")
 
-    corpus: Literal["tatoeba", "hansards"] = "tatoeba"
+#: which model kinds each corpus takes (the first is its usual one)
+CORPUS_MODELS: dict[str, tuple[str, ...]] = {
+    "tatoeba": ("rnn", "transformer"),
+    "hansards": ("rnn", "transformer"),
+    "movie_reviews": ("han",),
+    "rt_snippets": ("sentence",),
+    "tatoeba_match": ("co_attention",),
+    "target_sentiment": ("lcr_rot_hop",),
+    "fashion_mnist": ("vit", "glimpse"),
+    "digits": ("vit", "glimpse"),
+    "karate": ("gat",),
+    "memory_qa": ("memory_network",),
+}
+
+
+class DataConfig(_Section):
+    """Which corpus, how it is filtered, and how vocabularies are built."""
+
+    corpus: Literal[
+        "tatoeba",
+        "hansards",
+        "movie_reviews",
+        "rt_snippets",
+        "tatoeba_match",
+        "target_sentiment",
+        "fashion_mnist",
+        "digits",
+        "karate",
+        "memory_qa",
+    ] = "tatoeba"
     root: str | None = Field(
         None, description="hansards: the hansards-en-fr directory (relative to the working dir)"
     )
     max_length: int | None = Field(None, ge=1, description="drop pairs longer than this (tokens)")
     max_pairs: int | None = Field(None, ge=1, description="keep at most this many training pairs")
+    max_examples: int | None = Field(
+        None, ge=1, description="classification: at most this many training (or generated) examples"
+    )
+    max_eval_examples: int | None = Field(
+        None, ge=1, description="classification: evaluate on at most this many examples per split"
+    )
     min_freq: int = Field(1, ge=1, description="words seen fewer times become <unk>")
     max_vocab: int | None = Field(None, ge=8, description="largest vocabulary per language")
     supervision: Literal["ibm_model1"] | None = Field(
@@ -104,7 +139,136 @@ class TransformerModelConfig(_Section):
         return self
 
 
-ModelConfig = Annotated[RNNModelConfig | TransformerModelConfig, Field(discriminator="kind")]
+class HANModelConfig(_Section):
+    """Hierarchical attention network (Yang et al. 2016): word and sentence GRUs with attention."""
+
+    kind: Literal["han"] = "han"
+    embed_dim: int = Field(100, ge=1)
+    hidden_dim: int = Field(50, ge=1, description="per direction of each bidirectional GRU")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class SentenceModelConfig(_Section):
+    """A sentence classifier over a bidirectional GRU with the chosen attention (survey §3.3)."""
+
+    kind: Literal["sentence"] = "sentence"
+    attention: Literal["capsule", "multi_dimensional", "multi_representational", "uniform"] = (
+        "capsule"
+    )
+    embed_dim: int = Field(100, ge=1)
+    second_embed_dim: int = Field(
+        50, ge=1, description="multi_representational: the second embedding's size"
+    )
+    hidden_dim: int = Field(64, ge=1, description="per direction of the bidirectional GRU")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class CoAttentionModelConfig(_Section):
+    """Co-attention over two sequences (Lu et al. 2016): parallel or alternating."""
+
+    kind: Literal["co_attention"] = "co_attention"
+    style: Literal["parallel", "alternating"] = "parallel"
+    embed_dim: int = Field(64, ge=1)
+    hidden_dim: int = Field(64, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class LCRRotHopModelConfig(_Section):
+    """LCR-Rot-hop (Wallaart & Frasincar 2019): rotatory attention over left/target/right."""
+
+    kind: Literal["lcr_rot_hop"] = "lcr_rot_hop"
+    embed_dim: int = Field(100, ge=1)
+    hidden_dim: int = Field(64, ge=1)
+    hops: int = Field(3, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class ViTModelConfig(_Section):
+    """Vision Transformer (Dosovitskiy et al. 2021): patches, a class token, encoder layers."""
+
+    kind: Literal["vit"] = "vit"
+    patch_size: int = Field(4, ge=1)
+    d_model: int = Field(64, ge=1)
+    nhead: int = Field(4, ge=1)
+    num_layers: int = Field(4, ge=1)
+    dim_feedforward: int = Field(128, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ViTModelConfig:
+        if self.d_model % self.nhead:
+            raise ValueError(
+                f"nhead: the number of heads must divide d_model; got nhead={self.nhead}, "
+                f"d_model={self.d_model}"
+            )
+        return self
+
+
+class GlimpseModelConfig(_Section):
+    """Soft vs hard attention over a convolutional feature grid (Xu et al. 2015)."""
+
+    kind: Literal["glimpse"] = "glimpse"
+    attention: Literal["soft", "hard"] = "soft"
+    channels: int = Field(32, ge=1)
+    hidden_dim: int = Field(64, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+class GATModelConfig(_Section):
+    """Graph attention network (Veličković et al. 2018): two GAT layers."""
+
+    kind: Literal["gat"] = "gat"
+    hidden_dim: int = Field(8, ge=1, description="per head")
+    heads: int = Field(8, ge=1)
+    output_heads: int = Field(
+        1, ge=1, description="heads of the output layer, averaged (GAT eq. 6)"
+    )
+    dropout: float = Field(
+        0.6, ge=0.0, lt=1.0, description="on each layer's input and on the attention weights"
+    )
+    negative_slope: float = Field(0.2, ge=0.0, description="of the LeakyReLU in the score")
+
+
+class MemoryNetworkModelConfig(_Section):
+    """End-to-end memory network (Sukhbaatar et al. 2015): multi-hop attention over memories."""
+
+    kind: Literal["memory_network"] = "memory_network"
+    embed_dim: int = Field(32, ge=1)
+    hops: int = Field(3, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    sentence_encoding: Literal["bag_of_words", "position"] = Field(
+        "position", description="BoW or position encoding (PE) of sentences (MemN2N §4.1)"
+    )
+    temporal_encoding: bool = Field(True, description="learned T_A, T_C per memory slot (§4.1)")
+    memory_size: int = Field(50, ge=1, description="the most recent sentences kept as memories")
+
+
+MODEL_KINDS = (
+    "rnn",
+    "transformer",
+    "han",
+    "sentence",
+    "co_attention",
+    "lcr_rot_hop",
+    "vit",
+    "glimpse",
+    "gat",
+    "memory_network",
+)
+
+ModelConfig = Annotated[
+    RNNModelConfig
+    | TransformerModelConfig
+    | HANModelConfig
+    | SentenceModelConfig
+    | CoAttentionModelConfig
+    | LCRRotHopModelConfig
+    | ViTModelConfig
+    | GlimpseModelConfig
+    | GATModelConfig
+    | MemoryNetworkModelConfig,
+    Field(discriminator="kind"),
+]
 
 
 class TrainConfig(_Section):
@@ -145,6 +309,20 @@ class RunConfig(_Section):
     train: TrainConfig
     decode: DecodeConfig = DecodeConfig()
 
+    @property
+    def is_translation(self) -> bool:
+        return self.data.corpus in TRANSLATION_CORPORA
+
+    @model_validator(mode="after")
+    def _model_fits_corpus(self) -> RunConfig:
+        kinds = CORPUS_MODELS[self.data.corpus]
+        if self.model.kind not in kinds:
+            raise ValueError(
+                f"model.kind: the {self.data.corpus} corpus takes model kind "
+                f"{' or '.join(kinds)}; got {self.model.kind!r}"
+            )
+        return self
+
     @model_validator(mode="after")
     def _supervision_needs_targets(self) -> RunConfig:
         if self.train.supervised_weight > 0 and self.data.supervision is None:
@@ -164,7 +342,7 @@ def _describe_error(error: Mapping[str, Any]) -> str:
         return f"{path}: missing (required)"
     if kind in ("union_tag_not_found", "union_tag_invalid"):
         given = error["input"].get("kind") if isinstance(error["input"], Mapping) else None
-        return f"{path}.kind: must be one of rnn, transformer (given {given!r})"
+        return f"{path}.kind: must be one of {', '.join(MODEL_KINDS)} (given {given!r})"
     if message.startswith("Value error, "):  # our validators name their own key first
         own_key, _, text = message.removeprefix("Value error, ").partition(": ")
         return f"{path + '.' if path else ''}{own_key}: {text}"
@@ -174,7 +352,7 @@ def _describe_error(error: Mapping[str, Any]) -> str:
 
 def _strip_union_tags(loc: Sequence[Any]) -> tuple[Any, ...]:
     # pydantic puts the discriminator value in the location of a tagged union ("model.rnn.x")
-    return tuple(p for p in loc if p not in ("rnn", "transformer"))
+    return tuple(p for p in loc if p not in MODEL_KINDS)
 
 
 def validate(raw: Any, source: str = "config") -> RunConfig:
@@ -243,7 +421,8 @@ def architecture(config: RunConfig) -> dict[str, Any]:
     model = config.model.model_dump(mode="json", exclude={"dropout"})  # dropout: no tensors
     flat = {f"model.{k}": v for k, v in model.items()}
     data = config.data.model_dump(mode="json")
-    flat.update({f"data.{k}": data[k] for k in ARCHITECTURE_DATA_KEYS})
+    keys = ARCHITECTURE_DATA_KEYS if config.is_translation else (*ARCHITECTURE_DATA_KEYS, "max_examples")
+    flat.update({f"data.{k}": data[k] for k in keys})
     return flat
 
 

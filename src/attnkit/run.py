@@ -2,7 +2,8 @@
 
     runs/<name>-<timestamp>/
         config.yaml        the resolved configuration (defaults filled in)
-        vocab.json         source and target vocabularies
+        vocab.json         translation: source and target vocabularies
+        task.json          classification: what the task learnt from its training split
         links.pharaoh      supervised attention: the aligner's links for the training pairs
         metrics.jsonl      one line per step ({"step", "loss", "nll", "lr", ...}) and per evaluation
         checkpoints/       step-XXXXXXXX.safetensors + .json (see attnkit.checkpoint)
@@ -11,7 +12,8 @@
 
 :class:`Run` opens one (refusing a configuration of another architecture before anything is
 loaded), builds its model and loads its checkpoints; :func:`load_examples` and
-:func:`build_model` turn a configuration into data and a model.
+:func:`build_model` turn a translation configuration into data and a model (a classification
+task's come from its :class:`attnkit.tasks.Task`).
 """
 
 from __future__ import annotations
@@ -116,14 +118,36 @@ def describe_model(config: RunConfig) -> str:
     m = config.model
     if m.kind == "rnn":
         return f"{m.style} GRU encoder-decoder, {m.score} score, {m.align} alignment"
-    return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads"
+    if m.kind == "transformer":
+        return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads"
+    # the section's docstring names the model; its variant key (if any) says which one
+    name = (type(m).__doc__ or m.kind).strip().splitlines()[0].rstrip(".")
+    variant = getattr(m, "attention", None) or getattr(m, "style", None)
+    return f"{name} [{variant}]" if variant else name
 
 
 class Run:
-    """A run directory: its configuration, vocabularies, model and checkpoints."""
+    """A run directory: its configuration, what it learnt from its data, model and checkpoints.
 
-    def __init__(self, path: Path, config: RunConfig, vocabularies: Vocabularies) -> None:
-        self.path, self.config, self.vocabularies = path, config, vocabularies
+    A translation run has ``vocabularies``; a classification run has ``task`` (its
+    :class:`attnkit.tasks.Task`, restored from ``task.json``)."""
+
+    def __init__(
+        self,
+        path: Path,
+        config: RunConfig,
+        vocabularies: Vocabularies | None = None,
+        task: Any = None,
+    ) -> None:
+        self.path, self.config, self._vocabularies, self.task = path, config, vocabularies, task
+
+    @property
+    def vocabularies(self) -> Vocabularies:
+        if self._vocabularies is None:
+            raise CheckpointError(
+                f"{self.path}: a {self.config.data.corpus} run has no translation vocabularies"
+            )
+        return self._vocabularies
 
     @property
     def checkpoints(self) -> Path:
@@ -137,10 +161,13 @@ class Run:
     def create(
         cls,
         config: RunConfig,
-        vocabularies: Vocabularies,
+        learnt: Vocabularies | dict[str, Any],
         runs_dir: str | Path = "runs",
         path: str | Path | None = None,
     ) -> Run:
+        """A new run directory with the resolved configuration and what was learnt from the
+        training split: translation vocabularies, or a task's :meth:`~attnkit.tasks.Task.fit`
+        state (a JSON-able dict)."""
         if path is None:
             stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
             path = Path(runs_dir) / f"{config.name}-{stamp}"
@@ -149,8 +176,11 @@ class Run:
             raise ConfigError(f"run directory {str(path)!r} exists and is not empty (use --resume)")
         path.mkdir(parents=True, exist_ok=True)
         atomic_write(path / "config.yaml", to_yaml(config))
-        atomic_write(path / "vocab.json", vocabularies.to_json())
-        return cls(path, config, vocabularies)
+        if isinstance(learnt, Vocabularies):
+            atomic_write(path / "vocab.json", learnt.to_json())
+        else:
+            atomic_write(path / "task.json", json.dumps(learnt))
+        return cls.open(path)
 
     @classmethod
     def open(cls, path: str | Path, config: RunConfig | None = None) -> Run:
@@ -173,11 +203,23 @@ class Run:
                     f"{config_path}: the given configuration's architecture differs: "
                     + "; ".join(differences)
                 )
-        return cls(path, config or saved, Vocabularies.read(path / "vocab.json"))
+        config = config or saved
+        if config.is_translation:
+            return cls(path, config, Vocabularies.read(path / "vocab.json"))
+        from attnkit.tasks import task_for
+
+        task = task_for(config)
+        task.restore(_read_json(path / "task.json"))
+        return cls(path, config, task=task)
+
+    def _build(self) -> nn.Module:
+        if self.task is not None:
+            return self.task.build_model()
+        return build_model(self.config, self.vocabularies)
 
     def new_model(self) -> nn.Module:
         torch.manual_seed(self.config.seed)
-        return build_model(self.config, self.vocabularies)
+        return self._build()
 
     def load_model(self, checkpoint: str | Path | None = None) -> tuple[nn.Module, int]:
         """The model of the newest (or the given) checkpoint, in eval mode, and its step."""
@@ -185,9 +227,19 @@ class Run:
         if path is None:
             raise CheckpointError(f"{self.checkpoints}: no checkpoint in this run")
         loaded = read_checkpoint(path, architecture(self.config))
-        model = build_model(self.config, self.vocabularies)
+        model = self._build()
         loaded.restore(model)
         return model.eval(), loaded.step
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: unreadable task state ({error})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: task state must be a JSON object")
+    return state
 
 
 def truncate_metrics(path: Path, step: int) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import json
 import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,88 @@ def train(
         parallel.close()
 
 
+class Job(ABC):
+    """What the training loop needs from one kind of run: translation here, a classification
+    task in :mod:`attnkit.tasks.trainer`. Constructed with the configuration; ``examples`` holds
+    the loaded ``"train"``, ``"valid"`` and ``"test"`` splits."""
+
+    def __init__(self, config: RunConfig, examples: dict[str, list[Any]]) -> None:
+        self.config, self.examples = config, examples
+
+    @abstractmethod
+    def learnt(self) -> Any:
+        """What the run directory keeps from the training split (see :meth:`Run.create`)."""
+
+    @abstractmethod
+    def prepare(self, run: Run, parallel: DataParallel, log: Log) -> int:
+        """Get the batches ready once the run is open; returns the batches per epoch."""
+
+    @abstractmethod
+    def batch(self, step: int, parallel: DataParallel) -> Any:
+        """This rank's share of the global batch of ``step``."""
+
+    @abstractmethod
+    def loss(
+        self, model: nn.Module, batch: Any, parallel: DataParallel
+    ) -> tuple[Tensor, dict[str, float]]:
+        """The objective of one batch (averaged over the global batch) and its parts."""
+
+    @abstractmethod
+    def valid(self, model: nn.Module) -> dict[str, float]:
+        """Validation metrics (``"loss"`` first) of the model in eval mode."""
+
+    @abstractmethod
+    def finish(self, run: Run, model: nn.Module, log: Log, quiet: bool) -> dict[str, Any]:
+        """The final evaluation, ``results.json`` and the report."""
+
+
+class TranslationJob(Job):
+    """Sequence-to-sequence training on a parallel corpus (Tatoeba, Hansards)."""
+
+    def learnt(self) -> Vocabularies:
+        return Vocabularies.build(self.examples["train"], self.config)
+
+    def prepare(self, run: Run, parallel: DataParallel, log: Log) -> int:
+        config, train_examples = self.config, self.examples["train"]
+        if config.data.supervision is not None:
+            if parallel.is_main:
+                train_examples = _alignment_targets(config, run, train_examples, log)
+            parallel.total(torch.zeros(1))  # a barrier: rank 0 has written links.pharaoh
+            if not parallel.is_main:
+                train_examples = _alignment_targets(config, run, train_examples, log)
+        vocab = run.vocabularies
+        self.batches = Batches(
+            encode(train_examples, vocab.source, vocab.target),
+            config.train.batch_size,
+            seed=config.seed,
+        )
+        self.encoded_valid = encode(self.examples["valid"], vocab.source, vocab.target)
+        return len(self.batches)
+
+    def batch(self, step: int, parallel: DataParallel) -> Batch:
+        return parallel.shard(self.batches.batch(step))
+
+    def loss(
+        self, model: nn.Module, batch: Batch, parallel: DataParallel
+    ) -> tuple[Tensor, dict[str, float]]:
+        return batch_loss(model, batch, self.config, parallel)
+
+    def valid(self, model: nn.Module) -> dict[str, float]:
+        return corpus_loss(model, self.encoded_valid, self.config)
+
+    def finish(self, run: Run, model: nn.Module, log: Log, quiet: bool) -> dict[str, Any]:
+        return finish(run, model, self.examples, log=log, quiet=quiet)
+
+
+def make_job(config: RunConfig) -> Job:
+    """The job of ``config``: translation, or the classification task of its corpus."""
+    if config.is_translation:
+        return TranslationJob(config, load_examples(config))
+    from attnkit.tasks.trainer import ClassificationJob
+
+    return ClassificationJob(config)
+
+
 def _train(
     config: RunConfig,
     parallel: DataParallel,
@@ -175,7 +258,7 @@ def _train(
     quiet = quiet or not main
     if not main:
         log = _silent
-    examples = load_examples(config)
+    job = make_job(config)
     if resume is not None:
         run = Run.open(resume, config)
         saved = Run.open(resume).config
@@ -186,23 +269,9 @@ def _train(
     else:
         path = ""
         if main:
-            vocabularies = Vocabularies.build(examples["train"], config)
-            path = str(Run.create(config, vocabularies, runs_dir, run_dir).path)
+            path = str(Run.create(config, job.learnt(), runs_dir, run_dir).path)
         run = Run.open(parallel.share_text(path))  # the others wait for rank 0's directory
-    train_examples = examples["train"]
-    if config.data.supervision is not None:
-        if main:
-            train_examples = _alignment_targets(config, run, train_examples, log)
-        parallel.total(torch.zeros(1))  # a barrier: rank 0 has written links.pharaoh
-        if not main:
-            train_examples = _alignment_targets(config, run, train_examples, log)
-    vocab = run.vocabularies
-    batches = Batches(
-        encode(train_examples, vocab.source, vocab.target),
-        config.train.batch_size,
-        seed=config.seed,
-    )
-    valid = encode(examples["valid"], vocab.source, vocab.target)
+    epoch_size = job.prepare(run, parallel, log)
 
     model = run.new_model()
     # fused: one kernel per step instead of ~10 passes over every parameter (6x faster on CPU)
@@ -238,8 +307,7 @@ def _train(
     with contextlib.ExitStack() as stack:
         metrics = stack.enter_context(run.metrics.open("a", encoding="utf-8")) if main else None
         while step < last:
-            batch = parallel.shard(batches.batch(step))
-            loss, parts = batch_loss(trained, batch, config, parallel)
+            loss, parts = job.loss(trained, job.batch(step, parallel), parallel)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.clip_norm is not None:
@@ -266,11 +334,14 @@ def _train(
                     log(f"step {step}/{t.steps}  loss {mean:.4f}  lr {lr:.2e}  {rate:.1f} step/s")
             if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
                 model.eval()
-                valid_loss = corpus_loss(model, valid, config)
+                with torch.no_grad():
+                    valid = job.valid(model)
                 model.train()
-                metrics.write(json.dumps({"step": step, "split": "valid", **valid_loss}) + "\n")
+                metrics.write(json.dumps({"step": step, "split": "valid", **valid}) + "\n")
                 if quiet:
-                    log(f"step {step}  valid loss {valid_loss['loss']:.4f}")
+                    log(
+                        f"step {step}  valid " + "  ".join(f"{k} {v:.4f}" for k, v in valid.items())
+                    )
             if step == last or (t.checkpoint_every and step % t.checkpoint_every == 0):
                 metrics.flush()
                 save_checkpoint(
@@ -280,12 +351,12 @@ def _train(
                     optimizer=optimizer,
                     scheduler=scheduler,
                     architecture=architecture(config),
-                    extra={"data_position": step, "epoch": step // len(batches)},
+                    extra={"data_position": step, "epoch": step // epoch_size},
                     keep=t.keep_checkpoints,
                 )
     progress.close()
     if step == t.steps and main:
-        finish(run, model.eval(), examples, log=log, quiet=quiet)
+        job.finish(run, model.eval(), log, quiet)
     return run
 
 

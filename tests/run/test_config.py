@@ -52,8 +52,17 @@ def _with(path: str, value) -> dict:
         ("model.dropout", 1.5, "model.dropout: Input should be less than 1"),
         ("model.dropout", -0.1, "model.dropout: Input should be greater than or equal to 0"),
         ("model.window", 0, "model.window: Input should be greater than or equal to 1"),
-        ("model.kind", "cnn", "model.kind: must be one of rnn, transformer (given 'cnn')"),
-        ("data.corpus", "wmt", "data.corpus: Input should be 'tatoeba' or 'hansards'"),
+        (
+            "model.kind",
+            "cnn",
+            "model.kind: must be one of rnn, transformer, han, sentence, co_attention, "
+            "lcr_rot_hop, vit, glimpse, gat, memory_network (given 'cnn')",
+        ),
+        (
+            "data.corpus",
+            "wmt",
+            "data.corpus: Input should be 'tatoeba', 'hansards', 'movie_reviews'",
+        ),
     ],
 )
 def test_bad_values_name_the_key(path, value, expected):

@@ -152,10 +152,18 @@ def _fake_hansards(root: Path, pairs: int = 40, gold: int = 104) -> Path:
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_config_trains_a_few_steps(tmp_path, path):
-    overrides = [
-        "train.steps=2",
-        "train.eval_every=2",
-        "train.checkpoint_every=null",
+    overrides = ["train.steps=2", "train.eval_every=2", "train.checkpoint_every=null"]
+    if not load_config(path).is_translation:  # a classification task (issue 9)
+        overrides += ["data.max_examples=64", "data.max_eval_examples=8"]
+        config = load_config(path, overrides)
+        run = train(config, runs_dir=tmp_path / "runs", quiet=True, log=_quiet_log)
+        results = json.loads((run.path / "results.json").read_text())
+        assert results["examples"] == min(8, results["examples"]) and results["examples"] > 0
+        for metrics in (results, results["uniform_attention"]):
+            assert 0.0 <= metrics["accuracy"] <= 1.0 and 0.0 <= metrics["macro_f1"] <= 1.0
+        assert (run.path / "report.html").is_file() and (run.path / "task.json").is_file()
+        return
+    overrides += [
         "data.max_pairs=64",
         "decode.max_eval_sentences=3",
         "decode.max_length=5",
