@@ -20,21 +20,28 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/attnkit demo
 
-# The viewer's browser test needs Debian's chromium + chromium-driver: `test` installs them when it
-# can (root with apt-get; `apt-get update` only if the first try fails) and never fails for it:
-# without them that test skips, and one line says why.
+# Debian packages some tests use: chromium + chromium-driver (the viewer's browser test) and
+# dataset-fashion-mnist (the Vision Transformer's data, survey Table 3). `test` installs them when
+# it can (root with apt-get; `apt-get update` only if the first try fails) and never fails for
+# them: without them those tests skip, and one line says why.
+DEBIAN_PACKAGES := chromium chromium-driver dataset-fashion-mnist
+
 test: $(STAMP)
-	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	@missing=""; \
+	for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" != 0 ]; then \
-	  echo "browser test will be skipped: chromium/chromedriver missing and not root to apt-get install them"; \
+	  echo "tests needing$$missing will be skipped: not root to apt-get install them"; \
 	elif ! command -v apt-get >/dev/null 2>&1; then \
-	  echo "browser test will be skipped: chromium/chromedriver missing and no apt-get"; \
+	  echo "tests needing$$missing will be skipped: no apt-get"; \
 	else \
-	  echo "installing chromium and chromium-driver (apt-get) for the browser test"; \
-	  install="apt-get install -y -qq --no-install-recommends chromium chromium-driver"; \
+	  echo "installing$$missing (apt-get) for the tests that use them"; \
+	  install="apt-get install -y -qq --no-install-recommends$$missing"; \
 	  if DEBIAN_FRONTEND=noninteractive $$install >/dev/null 2>&1 \
 	    || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive $$install >/dev/null 2>&1; }; \
-	  then :; else echo "browser test will be skipped: apt-get install chromium chromium-driver failed"; fi; \
+	  then :; else echo "tests needing$$missing will be skipped: apt-get install failed"; fi; \
 	fi
 	$(PY) -m pytest -n 2 -q
 
