@@ -47,7 +47,6 @@ CORPUS_MODELS: dict[str, tuple[str, ...]] = {
     "tatoeba_match": ("co_attention",),
     "target_sentiment": ("lcr_rot_hop",),
     "fashion_mnist": ("vit", "glimpse"),
-    "digits": ("vit", "glimpse"),
     "karate": ("gat",),
     "memory_qa": ("memory_network",),
 }
@@ -64,7 +63,6 @@ class DataConfig(_Section):
         "tatoeba_match",
         "target_sentiment",
         "fashion_mnist",
-        "digits",
         "karate",
         "memory_qa",
     ] = "tatoeba"

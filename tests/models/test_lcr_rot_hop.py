@@ -1,0 +1,121 @@
+"""LCR-Rot-hop (attnkit.models.lcr_rot_hop).
+
+References: the output layer written out in float64 on the rotation's ``r``; under uniform
+ablation ``r`` is ``[mean left; mean right; mean target; mean target]`` of the real encoder
+features at every hop (eq. 20 with uniform weights), computed here by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnkit.data.vocabulary import PAD
+from attnkit.evaluate import ablate
+from attnkit.models.lcr_rot_hop import LCRRotHop
+
+
+def model_and_batch(dtype=torch.float32, hops: int = 3):
+    torch.manual_seed(0)
+    model = LCRRotHop(25, 2, embed_dim=6, hidden_dim=4, hops=hops).to(dtype)
+    model.eval()
+    left = torch.randint(1, 25, (4, 5))
+    target = torch.randint(1, 25, (4, 3))
+    right = torch.randint(1, 25, (4, 6))
+    left[1, 2:] = PAD
+    left[2] = PAD  # a target at the start of its context: no left context
+    target[0, 1:] = PAD
+    right[3] = PAD  # a target at the end: no right context
+    right[0, 4:] = PAD
+    return model, left, target, right
+
+
+def lengths(row: torch.Tensor) -> int:
+    return int((row != PAD).sum())
+
+
+def test_shape_empty_contexts_and_padding_invariance() -> None:
+    model, left, target, right = model_and_batch()
+    logits = model(left, target, right)
+    assert logits.shape == (4, 2) and torch.isfinite(logits).all()
+    pad = torch.zeros(4, 2, dtype=torch.long)
+    padded = model(
+        torch.cat([left, pad], 1), torch.cat([target, pad], 1), torch.cat([right, pad], 1)
+    )
+    torch.testing.assert_close(padded, logits, atol=1e-6, rtol=1e-6)
+    for b in range(4):
+        alone = model(
+            left[b : b + 1, : lengths(left[b])],
+            target[b : b + 1, : lengths(target[b])],
+            right[b : b + 1, : lengths(right[b])],
+        )
+        torch.testing.assert_close(alone, logits[b : b + 1], atol=1e-5, rtol=1e-5)
+
+
+def test_output_layer_matches_float64_formula() -> None:
+    model, left, target, right = model_and_batch(torch.float64)
+    with torch.no_grad():
+        out = model.attend(left, target, right)
+        assert len(out.hops) == 3 and out.context.shape == (4, 32)
+        expected = out.context @ model.classifier.weight.T + model.classifier.bias
+        torch.testing.assert_close(model(left, target, right), expected, atol=1e-12, rtol=1e-12)
+
+
+def test_uniform_ablation_gives_mean_representations() -> None:
+    model, left, target, right = model_and_batch(torch.float64)
+    with torch.no_grad():
+        logits = model(left, target, right)
+        with ablate(model, mode="uniform"):
+            ablated = model(left, target, right)
+        assert (ablated - logits).abs().max() > 1e-4
+        means = {}
+        for part, tokens in (("left", left), ("target", target), ("right", right)):
+            mask = tokens != PAD
+            features = model.encoders[part](model.embedding(tokens), mask)
+            count = mask.sum(1, keepdim=True).clamp(min=1)  # an empty context's r is 0
+            means[part] = (features * mask.unsqueeze(-1)).sum(1) / count
+        r = torch.cat([means["left"], means["right"], means["target"], means["target"]], -1)
+        expected = r @ model.classifier.weight.T + model.classifier.bias
+        torch.testing.assert_close(ablated, expected, atol=1e-12, rtol=1e-12)
+
+
+def test_bad_input() -> None:
+    model, left, target, right = model_and_batch()
+    with pytest.raises(ValueError, match="target must be int64"):
+        model(left, target.float(), right)
+    with pytest.raises(ValueError, match="one batch size"):
+        model(left, target, right[:2])
+    with pytest.raises(ValueError, match="hops"):
+        LCRRotHop(10, 2, hops=0)
+
+
+def test_task_collates_the_three_parts_for_the_model() -> None:
+    from attnkit.config import validate
+    from attnkit.tasks.base import task_for
+
+    raw = {
+        "name": "lcr-test",
+        "data": {"corpus": "target_sentiment", "max_length": 10, "max_examples": 40},
+        "model": {"kind": "lcr_rot_hop", "embed_dim": 6, "hidden_dim": 4, "hops": 2},
+        "train": {"steps": 1},
+    }
+    task = task_for(validate(raw))
+    data = task.load()
+    state = task.fit(data["train"])
+    examples = data["train"][:5]
+    inputs = task.collate(examples)
+    for part in ("left", "target", "right"):
+        ids = inputs[part]
+        assert ids.shape[0] == 5 and ids.shape[1] == max(
+            1, *(len(getattr(e, part)) for e in examples)
+        )
+        for row, example in zip(ids.tolist(), examples, strict=True):
+            words = task.words.decode([i for i in row if i != PAD])
+            assert words == list(getattr(example, part))  # every training word is in the vocabulary
+    assert [task.label(e) for e in examples] == [1, 0, 1, 0, 1]
+    again = task_for(validate(raw))
+    again.restore(state)
+    assert again.words == task.words
+    assert again.build_model()(**inputs).shape == (5, 2)
+    with pytest.raises(TypeError, match="TargetExample"):
+        task.label(("not", "an", "example"))
