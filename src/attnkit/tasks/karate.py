@@ -1,0 +1,117 @@
+"""Zachary's karate club: semi-supervised node classification with a graph attention network.
+
+Data (real, from an installed package; nothing is downloaded): ``networkx.karate_club_graph()``,
+the friendship network of the 34 members of a university karate club observed by Zachary (1977,
+"An information flow model for conflict and fission in small groups"): 78 undirected edges
+(members who interacted outside the club). The label of a member is the node's ``club`` attribute,
+the faction he or she joined when the club split: ``"Mr. Hi"`` (the instructor's, node 0) or
+``"Officer"`` (the administrator's, node 33); networkx records 17 members in each. The edge weights
+(counts of contexts of interaction) are ignored: GAT attends over an unweighted neighbourhood.
+
+Setup (transductive, as GCN/GAT on citation graphs): the whole graph, with every node's features,
+is seen in training; only the labels of the training nodes are used. The graph has no node
+attributes, so the features are one-hot identities ``X = I_34`` (Kipf & Welling 2017's featureless
+setting). An example is a node id; a batch is a list of ids, and the model returns their rows.
+
+Split (deterministic; ``config.seed`` picks it): for each faction, its leader (node 0 or 33, the
+labelled nodes of Kipf & Welling's karate demonstration) and ``TRAIN_PER_CLASS - 1`` other members
+drawn with ``random.Random(f"karate/{seed}")`` are the training nodes; the next
+``VALID_PER_CLASS`` members drawn per faction are validation nodes; the remaining 18 are the test
+nodes. So 8 labelled training nodes (4 per class), 8 validation, 18 test (9 per class).
+``data.max_examples`` is not used: the split is fixed by the paper-style protocol above.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.models.gat_classifier import GATClassifier
+from attnkit.tasks.base import Task, register_task
+
+#: labelled training nodes per faction (its leader included)
+TRAIN_PER_CLASS = 4
+#: validation nodes per faction
+VALID_PER_CLASS = 4
+#: node ids of the factions' leaders: the instructor "Mr. Hi" and the club's officer (John A.)
+LEADERS = {"Mr. Hi": 0, "Officer": 33}
+
+
+def karate_graph() -> tuple[list[str], Tensor]:
+    """``(clubs, edge_index)``: each member's ``club`` (index = node id) and the edges ``[2, 156]``
+    (both directions of each of the 78 friendships), from ``networkx.karate_club_graph()``."""
+    import networkx as nx  # imported here: only this task needs it
+
+    graph = nx.karate_club_graph()
+    clubs = [graph.nodes[i]["club"] for i in range(graph.number_of_nodes())]
+    pairs = sorted((min(u, v), max(u, v)) for u, v in graph.edges())
+    both = [(u, v) for u, v in pairs] + [(v, u) for u, v in pairs]
+    edge_index = torch.tensor(both, dtype=torch.long).T.contiguous()  # [2, E], row 0 = source
+    return clubs, edge_index
+
+
+def karate_split(clubs: Sequence[str], seed: int) -> dict[str, list[int]]:
+    """The node ids of ``"train"``, ``"valid"``, ``"test"`` (see the module docstring)."""
+    rng = random.Random(f"karate/{seed}")  # str seeds are hashed with SHA-512: stable
+    split: dict[str, list[int]] = {"train": [], "valid": [], "test": []}
+    for club in sorted(set(clubs)):
+        leader = LEADERS[club]
+        if clubs[leader] != club:
+            raise ValueError(
+                f"node {leader} should lead {club!r}, but its club is {clubs[leader]!r}"
+            )
+        others = [i for i, c in enumerate(clubs) if c == club and i != leader]
+        rng.shuffle(others)
+        train_end = TRAIN_PER_CLASS - 1
+        split["train"] += [leader, *others[:train_end]]
+        split["valid"] += others[train_end : train_end + VALID_PER_CLASS]
+        split["test"] += others[train_end + VALID_PER_CLASS :]
+    return {name: sorted(ids) for name, ids in split.items()}
+
+
+@register_task("karate")
+class KarateClub(Task):
+    """Which faction each member of Zachary's karate club joined, from the friendship graph."""
+
+    classes = ("Mr. Hi", "Officer")
+
+    def load(self) -> dict[str, list[Any]]:
+        self._clubs, self._edge_index = karate_graph()
+        return karate_split(self._clubs, self.config.seed)  # type: ignore[return-value]
+
+    def _graph(self) -> tuple[list[str], Tensor]:
+        if not hasattr(self, "_clubs"):
+            self._clubs, self._edge_index = karate_graph()
+        return self._clubs, self._edge_index
+
+    def label(self, example: Any) -> int:
+        clubs, _ = self._graph()
+        if isinstance(example, bool) or not isinstance(example, int):
+            raise TypeError(f"a karate example is a node id (int), got {type(example).__name__}")
+        if not 0 <= example < len(clubs):
+            raise ValueError(f"node id must be in [0, {len(clubs)}), got {example}")
+        return self.classes.index(clubs[example])
+
+    def collate(self, examples: Sequence[Any]) -> dict[str, Tensor]:
+        return {"nodes": torch.tensor(list(examples), dtype=torch.long)}
+
+    def build_model(self) -> nn.Module:
+        section = self.config.model
+        clubs, edge_index = self._graph()
+        return GATClassifier(
+            torch.eye(len(clubs)),  # one-hot identities: the graph has no node attributes
+            edge_index,
+            num_classes=len(self.classes),
+            hidden_dim=section.hidden_dim,  # type: ignore[union-attr]
+            heads=section.heads,  # type: ignore[union-attr]
+            output_heads=section.output_heads,  # type: ignore[union-attr]
+            dropout=section.dropout,  # type: ignore[union-attr]
+            negative_slope=section.negative_slope,  # type: ignore[union-attr]
+        )
+
+    def describe(self, example: Any) -> str:
+        return f"member {example} of the karate club"
