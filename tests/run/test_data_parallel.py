@@ -45,16 +45,29 @@ def _weights(run_dir: Path) -> dict:
     return load_file(run_dir / "checkpoints" / "step-00000004.safetensors")
 
 
-@pytest.mark.parametrize("style", ["luong", "bahdanau"])
+#: a classification task (issue 9): a 3-hop memory network on generated questions
+MEMORY_QA = {
+    "name": "ddp-qa",
+    "seed": 2,
+    "data": {"corpus": "memory_qa", "max_examples": 120, "max_eval_examples": 16},
+    "model": {"kind": "memory_network", "embed_dim": 12, "hops": 3},
+    "train": {"steps": 4, "batch_size": 15, "lr": 0.01, "log_every": 1, "checkpoint_every": 2},
+}
+
+
+@pytest.mark.parametrize("style", ["luong", "bahdanau", "memory_network"])
 def test_two_processes_match_one(tmp_path, style):
-    raw = {
-        **TINY,
-        "model": {
-            **TINY["model"],
-            "style": style,
-            "score": "general" if style == "luong" else "additive",
-        },
-    }
+    if style == "memory_network":  # an odd batch: the ranks hold 8 and 7 examples
+        raw = MEMORY_QA
+    else:
+        raw = {
+            **TINY,
+            "model": {
+                **TINY["model"],
+                "style": style,
+                "score": "general" if style == "luong" else "additive",
+            },
+        }
     config_path = tmp_path / "ddp.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     single = train(validate(raw), run_dir=tmp_path / "single", quiet=True, log=lambda _: None)
