@@ -17,13 +17,15 @@ names a :class:`Task` registered with :func:`register_task`. The trainer
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
 
 from attnkit.config import RunConfig
+from attnkit.data.vocabulary import PAD, Vocabulary
 
 _TASKS: dict[str, type[Task]] = {}
 
@@ -72,6 +74,37 @@ class Task(ABC):
     def artifacts(self, model: nn.Module, examples: Sequence[Any], directory: Path) -> list[Path]:
         """Extra outputs of a finished run (attention maps as PNG, ...), written in ``directory``."""
         return []
+
+
+def pad_ids(sequences: Sequence[Sequence[str]], words: Vocabulary) -> Tensor:
+    """``[B, L]`` token ids, ``L`` the longest sequence (at least 1), ``PAD`` after each."""
+    length = max(1, max((len(s) for s in sequences), default=1))
+    ids = torch.full((len(sequences), length), PAD, dtype=torch.long)
+    for b, sequence in enumerate(sequences):
+        if sequence:
+            ids[b, : len(sequence)] = torch.tensor(words.encode(list(sequence)))
+    return ids
+
+
+class WordTask(Task):
+    """A task over text with one vocabulary, ``words``, built from the training split's
+    sentences (``data.min_freq``, ``data.max_vocab``) and saved in the run."""
+
+    words: Vocabulary
+
+    @abstractmethod
+    def sentences(self, example: Any) -> Iterable[Sequence[str]]:
+        """The token sequences of ``example`` the vocabulary counts."""
+
+    def fit(self, train: Sequence[Any]) -> dict[str, Any]:
+        data = self.config.data
+        sentences = (list(s) for example in train for s in self.sentences(example))
+        state = {"words": Vocabulary.build(sentences, data.min_freq, data.max_vocab).to_dict()}
+        self.restore(state)
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.words = Vocabulary.from_dict(state["words"])
 
 
 def register_task(corpus: str) -> Callable[[type[Task]], type[Task]]:

@@ -19,16 +19,16 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.data.movie_reviews import LABELS, Review, load_movie_reviews
-from attnkit.data.vocabulary import PAD, Vocabulary
+from attnkit.data.vocabulary import PAD
 from attnkit.models.han import HierarchicalAttentionNetwork
-from attnkit.tasks.base import Task, register_task
+from attnkit.tasks.base import WordTask, register_task
 
 #: test reviews drawn by :meth:`MovieReviews.artifacts`, and sentences shown of each
 ARTIFACT_REVIEWS, ARTIFACT_SENTENCES, ARTIFACT_WORDS = 4, 4, 30
 
 
 @register_task("movie_reviews")
-class MovieReviews(Task):
+class MovieReviews(WordTask):
     """Is a whole movie review positive or negative? (HAN over words and sentences.)"""
 
     classes = LABELS
@@ -46,15 +46,8 @@ class MovieReviews(Task):
             raise TypeError(f"a movie_reviews example is a Review, got {type(example).__name__}")
         return example.label
 
-    def fit(self, train: Sequence[Any]) -> dict[str, Any]:
-        data = self.config.data
-        sentences = (list(s) for review in train for s in review.sentences)
-        state = {"words": Vocabulary.build(sentences, data.min_freq, data.max_vocab).to_dict()}
-        self.restore(state)
-        return state
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.words = Vocabulary.from_dict(state["words"])
+    def sentences(self, example: Any) -> Sequence[Sequence[str]]:
+        return example.sentences
 
     def collate(self, examples: Sequence[Any]) -> dict[str, Tensor]:
         """``{"words": [B, S, W]}``: ``S`` the most sentences, ``W`` the longest sentence of the

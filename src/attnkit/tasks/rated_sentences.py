@@ -19,16 +19,15 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.data.rated_sentences import LABELS, RatedSentence, load_rated_sentences
-from attnkit.data.vocabulary import PAD, Vocabulary
 from attnkit.models.sentence_classifier import SentenceClassifier
-from attnkit.tasks.base import Task, register_task
+from attnkit.tasks.base import WordTask, pad_ids, register_task
 
 #: test sentences drawn by :meth:`RatedSentences.artifacts`
 ARTIFACT_SENTENCES = 6
 
 
 @register_task("rt_snippets")
-class RatedSentences(Task):
+class RatedSentences(WordTask):
     """Is a review sentence positive or negative (by the sign of its mean human rating)?"""
 
     classes = LABELS
@@ -44,23 +43,12 @@ class RatedSentences(Task):
             )
         return example.label
 
-    def fit(self, train: Sequence[Any]) -> dict[str, Any]:
-        data = self.config.data
-        sentences = (list(example.tokens) for example in train)
-        state = {"words": Vocabulary.build(sentences, data.min_freq, data.max_vocab).to_dict()}
-        self.restore(state)
-        return state
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.words = Vocabulary.from_dict(state["words"])
+    def sentences(self, example: Any) -> list[Sequence[str]]:
+        return [example.tokens]
 
     def collate(self, examples: Sequence[Any]) -> dict[str, Tensor]:
         """``{"tokens": [B, L]}``, ``L`` the longest sentence of the batch, ``PAD`` after."""
-        length = max(1, max(len(example.tokens) for example in examples))
-        tokens = torch.full((len(examples), length), PAD, dtype=torch.long)
-        for b, example in enumerate(examples):
-            tokens[b, : len(example.tokens)] = torch.tensor(self.words.encode(list(example.tokens)))
-        return {"tokens": tokens}
+        return {"tokens": pad_ids([example.tokens for example in examples], self.words)}
 
     def build_model(self) -> nn.Module:
         section = self.config.model

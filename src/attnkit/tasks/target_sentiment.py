@@ -20,14 +20,12 @@ from typing import Any
 from torch import Tensor, nn
 
 from attnkit.data.target_sentiment import LABELS, TargetExample, load_target_sentiment
-from attnkit.data.vocabulary import Vocabulary
 from attnkit.models.lcr_rot_hop import LCRRotHop
-from attnkit.tasks.base import Task, register_task
-from attnkit.tasks.translation_match import pad_ids
+from attnkit.tasks.base import WordTask, pad_ids, register_task
 
 
 @register_task("target_sentiment")
-class TargetSentiment(Task):
+class TargetSentiment(WordTask):
     """Is the sentiment towards the target (of the sentence holding it) positive or negative?"""
 
     classes = LABELS
@@ -45,15 +43,8 @@ class TargetSentiment(Task):
             )
         return example.label
 
-    def fit(self, train: Sequence[Any]) -> dict[str, Any]:
-        data = self.config.data
-        contexts = (list(ex.left + ex.target + ex.right) for ex in train)
-        state = {"words": Vocabulary.build(contexts, data.min_freq, data.max_vocab).to_dict()}
-        self.restore(state)
-        return state
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.words = Vocabulary.from_dict(state["words"])
+    def sentences(self, example: Any) -> list[Sequence[str]]:
+        return [example.left + example.target + example.right]
 
     def collate(self, examples: Sequence[Any]) -> dict[str, Tensor]:
         """``{"left": [B, N_l], "target": [B, N_t], "right": [B, N_r]}`` token ids."""

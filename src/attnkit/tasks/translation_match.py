@@ -17,23 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from attnkit.data.translation_match import LABELS, SentencePair, load_translation_match
-from attnkit.data.vocabulary import PAD, Vocabulary
+from attnkit.data.vocabulary import Vocabulary
 from attnkit.models.co_attention_classifier import CoAttentionClassifier
-from attnkit.tasks.base import Task, register_task
-
-
-def pad_ids(sequences: Sequence[Sequence[str]], words: Vocabulary) -> Tensor:
-    """``[B, L]`` token ids, ``L`` the longest sequence (at least 1), ``PAD`` after each."""
-    length = max(1, max(len(s) for s in sequences))
-    ids = torch.full((len(sequences), length), PAD, dtype=torch.long)
-    for b, sequence in enumerate(sequences):
-        if sequence:
-            ids[b, : len(sequence)] = torch.tensor(words.encode(list(sequence)))
-    return ids
+from attnkit.tasks.base import Task, pad_ids, register_task
 
 
 @register_task("tatoeba_match")
