@@ -137,8 +137,6 @@ def longformer_attention(
     if call.mask is not None:
         full = call.mask.expand(b, call.mask.shape[1], call.mask.shape[2], n)
         key_ok = key_ok & full.gather(-1, safe[:, None, None, :].expand(*full.shape[:3], count))
-    extra = (call.q @ k_global.transpose(-1, -2)) * call.scale  # [B, H, N, G]
-    extra = extra.masked_fill(~key_ok, float("-inf"))
     right = 0 if call.causal else window - 1
     context = banded_attention(
         call.q,
@@ -149,8 +147,9 @@ def longformer_attention(
         scale=call.scale,
         mask=call.mask,
         excluded_keys=flags,
-        extra_scores=extra,
+        extra_keys=k_global,
         extra_values=v_global,
+        extra_allowed=key_ok,
     )
 
     # The global queries against every key: rows of dense attention, O(G·N).

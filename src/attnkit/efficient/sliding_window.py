@@ -16,7 +16,8 @@ with ``R·T ≈ w + 2T`` per query. Positions of a band outside the window or ou
 masked. Each block's ``softmax(q kᵀ) v`` over its band runs in torch's fused
 ``scaled_dot_product_attention`` with that mask (``T`` <= 128), so the band's scores never leave
 the kernel (2.2x faster than forming them, measured at n = 8192, w = 256, forward+backward);
-with Longformer's global keys sharing the softmax, the scores are formed (``T`` <= 64). The reference it equals is the masked dense formula::
+Longformer's global keys join every block's band. The reference it equals is the masked dense
+formula::
 
     allowed = ak.masks.sliding_window(M, N, w)          # causal=True
     ak.attention(q, k, v, mask=allowed & user_mask)
@@ -35,7 +36,7 @@ from torch import Tensor, nn
 from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
 from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int, masked_softmax
+from attnkit.efficient._inputs import check_call, check_positive_int
 
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Local"}
 
@@ -82,8 +83,9 @@ def banded_attention(
     scale: float,
     mask: Tensor | None = None,
     excluded_keys: Tensor | None = None,
-    extra_scores: Tensor | None = None,
+    extra_keys: Tensor | None = None,
     extra_values: Tensor | None = None,
+    extra_allowed: Tensor | None = None,
     block: int | None = None,
 ) -> Tensor:
     """Softmax attention of query ``i`` (position ``p = i + N - M``) over keys ``p - left … p +
@@ -96,9 +98,11 @@ def banded_attention(
         mask: bool, broadcastable to ``[B, H, M, N]``, True = may attend.
         excluded_keys: bool ``[B, N]``: keys removed from the band (attended elsewhere, e.g. as
             the extra keys, so they are not counted twice).
-        extra_scores: ``[B, H, M, G]`` scores of ``G`` extra keys, ``-inf`` where not admissible;
-            they share each query's softmax with its band.
-        extra_values: ``[B, H, G, d_v]`` the extra keys' values.
+        extra_keys: ``[B, H, G, d]`` keys every query may also attend (Longformer's global
+            tokens); they share each query's softmax with its band.
+        extra_values: ``[B, H, G, d_v]`` their values.
+        extra_allowed: bool broadcastable to ``[B, H, M, G]``: which extra keys each query may
+            attend (default all).
         block: queries per block ``T`` (default: from the band width).
 
     Returns:
@@ -108,10 +112,9 @@ def banded_attention(
     n = k.shape[-2]
     if m == 0 or n == 0:
         return q.new_zeros(b, h, m, v.shape[-1])
-    fused = extra_scores is None  # the band alone: softmax(q k^T) v by SDPA, block by block
-    # larger query blocks amortise the per-block overhead of the fused kernel (measured: 128 is
-    # ~15 % faster than 64 at w = 256); the unfused path keeps its score tiles small
-    t_len = block or min(128 if fused else 64, max(8, left + right + 1))
+    # larger query blocks amortise the fused kernel's per-block overhead (128: ~15 % faster than
+    # 64 at w = 256, n = 8192)
+    t_len = block or min(128, max(8, left + right + 1))
     offset = n - m
     n_blocks = math.ceil(m / t_len)
     lb, rb = math.ceil(left / t_len), math.ceil(right / t_len)
@@ -156,24 +159,25 @@ def banded_attention(
         dropped = excluded_keys.gather(-1, safe_idx.reshape(1, -1).expand(b, -1))
         allowed = allowed & ~dropped.view(b, 1, n_blocks, 1, reach * t_len).permute(2, 0, 1, 3, 4)
 
-    if fused:
-        return (
-            _fused_band(qb, band_k, band_v, allowed, scale)
-            .permute(1, 2, 0, 3, 4)
-            .reshape(b, h, n_blocks * t_len, -1)[:, :, :m]
+    if extra_keys is not None and extra_values is not None:
+        # every query block also meets the G extra keys: appended to its band
+        g = extra_keys.shape[-2]
+        band_k = torch.cat([band_k, extra_keys.expand(n_blocks, -1, -1, -1, -1)], -2)
+        band_v = torch.cat([band_v, extra_values.expand(n_blocks, -1, -1, -1, -1)], -2)
+        extra_ok = torch.ones((), dtype=torch.bool, device=device)
+        if extra_allowed is not None:
+            extra_ok = extra_allowed
+        extra_ok = extra_ok.expand(b, -1, m, g) if extra_ok.dim() else extra_ok.expand(b, 1, m, g)
+        extra_ok = _block_major(F.pad(extra_ok, (0, 0, 0, n_blocks * t_len - m)), t_len)
+        heads = max(allowed.shape[2], extra_ok.shape[2])
+        allowed = torch.cat(
+            [
+                allowed.expand(n_blocks, b, heads, t_len, -1),
+                extra_ok.expand(n_blocks, b, heads, t_len, g),
+            ],
+            -1,
         )
-    scores = (qb @ band_k.transpose(-1, -2)) * scale  # [nb, B, H, T, R·T]
-    if extra_scores is not None and extra_values is not None:
-        g = extra_scores.shape[-1]
-        extra = F.pad(extra_scores, (0, 0, 0, n_blocks * t_len - m), value=float("-inf"))
-        extra = _block_major(extra, t_len)  # [nb, B, H, T, G]
-        weights = masked_softmax(
-            torch.cat([scores.masked_fill(~allowed, -math.inf), extra], -1), None
-        )
-        w_band, w_extra = weights.split([reach * t_len, g], dim=-1)
-        context = torch.einsum("nbhtg,bhgd->nbhtd", w_extra, extra_values) + w_band @ band_v
-    else:
-        context = masked_softmax(scores, allowed) @ band_v
+    context = _fused_band(qb, band_k, band_v, allowed, scale)  # [nb, B, H, T, d_v]
     return context.permute(1, 2, 0, 3, 4).reshape(b, h, n_blocks * t_len, -1)[:, :, :m]
 
 
