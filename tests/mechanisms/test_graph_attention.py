@@ -222,3 +222,37 @@ def test_agrees_with_pytorch_geometric() -> None:  # pragma: no cover - optional
         theirs2.att.copy_(ours2.attention.unsqueeze(0))
         theirs2.bias.copy_(ours2.bias)
     torch.testing.assert_close(ours2(x, EDGES).nodes, theirs2(x, EDGES))
+
+
+@pytest.mark.parametrize("concat", [True, False])
+@pytest.mark.parametrize("kind", [GraphAttention, GraphAttentionV2])
+def test_record_sees_graph_attention_and_changes_nothing(kind, concat: bool) -> None:
+    """Inside an interpretation session the layer attends through the engine: the same nodes and
+    per-edge weights as the equations, and the recorded ``[1, K, N, N]`` map holds ``α_ij`` at
+    row ``i`` (target), column ``j`` (source)."""
+    torch.manual_seed(3)
+    layer = kind(5, 4, num_heads=3, concat=concat).double()
+    x = randn(6, 5, seed=4)
+    with ak.interpret.record(layer) as rec:
+        check_against_reference(layer, x, EDGES)
+        out = layer(x, EDGES)
+    recorded = rec[""]
+    assert recorded.shape == (1, 3, 6, 6)
+    source, target = out.edge_index
+    close(recorded[0][:, target, source].T, out.weights)
+    close(recorded.sum(-1), torch.ones(1, 3, 6, dtype=F64))  # every node has its self-loop
+
+
+def test_uniform_ablation_of_graph_attention_averages_the_neighbours() -> None:
+    torch.manual_seed(5)
+    layer = GraphAttention(5, 4, num_heads=2, concat=True).double()
+    x = randn(6, 5, seed=6)
+    with ak.evaluate.ablate(layer, "uniform"):
+        got = layer(x, EDGES).nodes
+    adjacency = torch.zeros(6, 6, dtype=F64)
+    adjacency[EDGES[1], EDGES[0]] = 1.0
+    adjacency.fill_diagonal_(1.0)  # self-loops, each counted once
+    wh = (x @ layer.linear.weight.T).view(6, 2, 4)
+    mean = torch.einsum("ij,jkf->ikf", adjacency / adjacency.sum(-1, keepdim=True), wh)
+    close(got, mean.flatten(1) + layer.bias)
+    assert not torch.allclose(layer(x, EDGES).nodes, got)

@@ -15,8 +15,7 @@ import torch.nn.functional as F
 
 from attnkit.config import validate
 from attnkit.evaluate import ablate
-from attnkit.mechanisms.graph import GraphAttention
-from attnkit.models.gat_classifier import DenseGraphAttention, GATClassifier
+from attnkit.models.gat_classifier import GATClassifier
 from attnkit.tasks.base import task_for
 
 EDGES = torch.tensor([[0, 1, 2, 3, 4, 0, 2, 5], [1, 2, 3, 4, 0, 3, 5, 1]])
@@ -34,53 +33,6 @@ def config(seed: int = 0, **model: object):
     )
 
 
-@pytest.mark.parametrize("concat,heads", [(True, 3), (False, 2), (True, 1)])
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_dense_layer_equals_the_edge_list_layer(concat: bool, heads: int, dtype) -> None:
-    torch.manual_seed(0)
-    dense = DenseGraphAttention(5, 4, heads, concat=concat).to(dtype)
-    with torch.no_grad():
-        dense.bias.normal_()  # a non-zero bias, so it is compared too
-    peer = GraphAttention(5, 4, heads, concat=concat).to(dtype)
-    peer.load_state_dict(dense.state_dict())
-    x = torch.randn(6, 5, dtype=dtype)
-    ours, theirs = dense(x, EDGES), peer(x, EDGES)
-    torch.testing.assert_close(ours.nodes, theirs.nodes, atol=1e-6, rtol=1e-6)
-    torch.testing.assert_close(ours.weights, theirs.weights, atol=1e-6, rtol=1e-6)
-    assert torch.equal(ours.edge_index, theirs.edge_index)
-
-
-def test_dense_layer_follows_the_gat_equations_in_float64() -> None:
-    torch.manual_seed(1)
-    layer = DenseGraphAttention(3, 2, 1, concat=True, bias=False).double()
-    x = torch.randn(4, 3, dtype=torch.float64)
-    edges = torch.tensor([[1, 2, 3], [0, 0, 1]])  # N(0) = {0, 1, 2}, N(1) = {1, 3}
-    out = layer(x, edges)
-    w = layer.linear.weight.detach()
-    a = torch.cat([layer.attention_target[0], layer.attention_source[0]]).detach()
-    wh = [w @ x[i] for i in range(4)]
-    for i, neighbours in ((0, [1, 2, 0]), (1, [3, 1]), (2, [2]), (3, [3])):
-        e = torch.stack([F.leaky_relu(a @ torch.cat([wh[i], wh[j]]), 0.2) for j in neighbours])
-        alpha = torch.exp(e) / torch.exp(e).sum()  # eq. (3)
-        expected = sum(alpha[n] * wh[j] for n, j in enumerate(neighbours))  # eq. (4)
-        torch.testing.assert_close(out.nodes[i], expected, atol=1e-12, rtol=1e-12)
-
-
-def test_uniform_ablation_replaces_the_neighbourhood_softmax_by_a_mean() -> None:
-    torch.manual_seed(2)
-    layer = DenseGraphAttention(5, 4, 2, concat=False, bias=False).double()
-    x = torch.randn(6, 5, dtype=torch.float64)
-    normal = layer(x, EDGES).nodes
-    with ablate(layer, "uniform"):
-        ablated = layer(x, EDGES)
-    wh = layer.linear(x).unflatten(-1, (2, 4)).mean(1)  # the heads' average of W h_j
-    loops = torch.cat([EDGES, torch.arange(6).expand(2, -1)], 1)
-    for i in range(6):
-        neighbours = loops[0, loops[1] == i]
-        torch.testing.assert_close(ablated.nodes[i], wh[neighbours].mean(0))
-    assert (ablated.nodes - normal).abs().max() > 1e-3
-
-
 def test_classifier_shapes_ablation_and_bad_ids() -> None:
     torch.manual_seed(3)
     model = GATClassifier(torch.eye(6), EDGES, num_classes=3, hidden_dim=4, heads=2).eval()
@@ -94,8 +46,6 @@ def test_classifier_shapes_ablation_and_bad_ids() -> None:
         model(torch.tensor([6]))
     with pytest.raises(ValueError, match="long tensor"):
         model(torch.tensor([0.0]))
-    with pytest.raises(ValueError, match="repeated edges"):
-        DenseGraphAttention(6, 2)(torch.eye(6), torch.tensor([[0, 0], [1, 1]]))
 
 
 def test_karate_labels_are_networkx_clubs_and_the_split_is_documented() -> None:

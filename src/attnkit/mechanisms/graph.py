@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.core.engine import attention
+
 
 @dataclass(frozen=True)
 class GraphAttentionOutput:
@@ -152,14 +154,60 @@ class _GraphAttentionBase(nn.Module):
             edge_index = add_self_loops(edge_index, n)
         source, target = edge_index
         scores, messages = self._edge_scores(x, source, target)
-        weights = segment_softmax(scores, target, n)  # α_ij over N(i)
-        used = F.dropout(weights, self.dropout, self.training)  # GAT drops attention weights
-        out = x.new_zeros(n, self.num_heads, self.out_features)
-        out.index_add_(0, target, used.unsqueeze(-1) * messages)  # Σ_j α_ij W h_j
+        # imported here: attnkit.interpret imports the mechanisms (a top-level import is circular)
+        from attnkit.interpret.intercept import sessions_active
+
+        if sessions_active():  # record / ablate are watching: go through the engine, which they see
+            out, weights = self._through_engine(scores, messages, edge_index, n)
+        else:
+            weights = segment_softmax(scores, target, n)  # α_ij over N(i)
+            used = F.dropout(weights, self.dropout, self.training)  # GAT drops attention weights
+            out = x.new_zeros(n, self.num_heads, self.out_features)
+            out.index_add_(0, target, used.unsqueeze(-1) * messages)  # Σ_j α_ij W h_j
         out = out.flatten(1) if self.concat else out.mean(1)  # GAT eq. (5) / (6)
         if self.bias is not None:
             out = out + self.bias
         return GraphAttentionOutput(out, edge_index, weights)
+
+    def _through_engine(
+        self, scores: Tensor, messages: Tensor, edge_index: Tensor, n: int
+    ) -> tuple[Tensor, Tensor]:
+        """The same aggregation as one dense masked :func:`attnkit.attention` call over the
+        ``N × N`` node pairs, so interpretation and ablation sessions see (and may change) it:
+        zero queries and keys, and the edge scores as a float mask (``-inf`` off the graph), give
+        ``softmax_j(e_ij)`` over ``N(i)``. ``O(N²·K)``: only while a session is active.
+
+        Returns ``(nodes [N, K, F'], α per edge and head [E, K])``.
+        """
+        source, target = edge_index
+        k, dtype = self.num_heads, scores.dtype
+        counts = scores.new_zeros(n, n).index_put_(
+            (target, source), scores.new_ones(source.shape), accumulate=True
+        )
+        # A repeated edge has identical copies: average them (so each gets its share of the
+        # gradient) and count them by + log c_ij, as the edge-list softmax sums over each copy.
+        share = counts[target, source][:, None]
+        dense = scores.new_zeros(n, n, k).index_put(
+            (target, source), scores / share, accumulate=True
+        )
+        bias = dense.permute(2, 0, 1) + counts.log()  # [K, N, N]: row i target, column j source
+        # W h_j per source node, again the mean of its per-edge copies
+        out_degree = torch.bincount(source, minlength=n).clamp_min(1).to(dtype)
+        values = scores.new_zeros(n, k, self.out_features).index_add(0, source, messages)
+        values = values / out_degree[:, None, None]
+        zeros = scores.new_zeros(1, k, n, 1)
+        out = attention(
+            zeros,
+            zeros,
+            values.transpose(0, 1)[None],  # [1, K, N, F']
+            score="dot",
+            mask=bias[None],
+            dropout=self.dropout if self.training else 0.0,  # GAT drops attention weights
+            return_weights=True,
+        )
+        assert out.weights is not None
+        weights = out.weights[0][:, target, source].T / share  # [E, K], a repeated edge's share
+        return out.context[0].transpose(0, 1), weights
 
     def extra_repr(self) -> str:
         return (
