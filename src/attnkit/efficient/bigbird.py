@@ -11,8 +11,9 @@ first ``global_blocks`` blocks of the sequence). Query block ``i`` attends key b
 
 and a global query block attends every key block. With ``causal=True`` no query sees a later key,
 and random blocks are drawn from earlier blocks only. The computation is block-sparse: for each of
-the ``K = 2w + 1 + g + r`` slots the keys of one block per query block are gathered, so the scores
-held are ``[B, H, N/b, b, K·b]``: O(N·K·b) memory, never N × N. :func:`bigbird_blocks` returns the
+the ``K = 2w + 1 + g + r`` slots the keys of one block per query block are gathered
+(``[N/b, B, H, K·b, d]``: O(N·K·d) memory, never N × N), and each query block's softmax over its
+``K·b`` keys runs in torch's fused ``scaled_dot_product_attention`` with the pattern as its mask. :func:`bigbird_blocks` returns the
 pattern, from which the equivalent dense mask is built (and the tests do so).
 """
 
@@ -28,8 +29,8 @@ from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
 from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int, masked_softmax
-from attnkit.efficient.sliding_window import _gather_keys
+from attnkit.efficient._inputs import check_call, check_positive_int
+from attnkit.efficient.sliding_window import _fused_band, _gather_keys
 
 TAXONOMY: dict[str, str | list[str]] = {
     "scoring": "Scaled-Multiplicative",
@@ -149,26 +150,24 @@ def bigbird_attention(
     kb = F.pad(call.k, (0, 0, 0, pad)).view(b, h, nb, block, d)
     vb = F.pad(call.v, (0, 0, 0, pad)).view(b, h, nb, block, dv)
     slots = table.clamp_min(0)  # [nb, K]
-    # One gathered key block per query block and slot: O(N·d) per slot, never N × N.
-    scores = (
-        torch.cat([qb @ kb[:, :, slots[:, s]].transpose(-1, -2) for s in range(slots.shape[1])], -1)
-        * call.scale
-    )  # [B, H, nb, b, K·b]
+    # One gathered key block per query block and slot: [nb, B, H, K·b, d], O(N·K·b·d), never N × N.
+    band_k = kb[:, :, slots].flatten(3, 4).permute(2, 0, 1, 3, 4)
+    band_v = vb[:, :, slots].flatten(3, 4).permute(2, 0, 1, 3, 4)
 
     offsets = torch.arange(block, device=call.q.device)
     key_idx = (slots[:, :, None] * block + offsets).flatten(1)  # [nb, K·b]
     allowed = ((table >= 0)[:, :, None].expand(-1, -1, block).flatten(1)) & (key_idx < n)
-    allowed = allowed[:, None, :]  # [nb, 1, K·b]
+    allowed = allowed[None, None, :, None, :]  # [1, 1, nb, 1, K·b]
     if call.causal:
         query_idx = torch.arange(nb, device=call.q.device)[:, None] * block + offsets  # [nb, b]
         allowed = allowed & (key_idx[:, None, :] <= query_idx[:, :, None])
     if call.mask is not None:
         allowed = allowed & _gather_keys(call.mask, key_idx.clamp(max=n - 1), m, block)
-    weights = masked_softmax(scores, allowed)
-    context = weights[..., :block] @ vb[:, :, slots[:, 0]]
-    for s in range(1, slots.shape[1]):
-        context = context + weights[..., s * block : (s + 1) * block] @ vb[:, :, slots[:, s]]
-    context = context.reshape(b, h, nb * block, dv)[:, :, :n]
+    # softmax(q kᵀ) v of each query block over its K·b keys in torch's fused kernel
+    context = _fused_band(
+        qb.permute(2, 0, 1, 3, 4), band_k, band_v, allowed.permute(2, 0, 1, 3, 4), call.scale
+    )  # [nb, B, H, b, d_v]
+    context = context.permute(1, 2, 0, 3, 4).reshape(b, h, nb * block, dv)[:, :, :n]
 
     rows = min(global_blocks * block, n)
     if rows:  # global query blocks attend every key: dense rows, O(g·b·N)
