@@ -167,7 +167,7 @@ class Job(ABC):
     task in :mod:`attnkit.tasks.trainer`. Constructed with the configuration; ``examples`` holds
     the loaded ``"train"``, ``"valid"`` and ``"test"`` splits."""
 
-    def __init__(self, config: RunConfig, examples: dict[str, list[Any]]) -> None:
+    def __init__(self, config: RunConfig, examples: Mapping[str, Sequence[Any]]) -> None:
         self.config, self.examples = config, examples
 
     @abstractmethod

@@ -17,7 +17,7 @@ names a :class:`Task` registered with :func:`register_task`. The trainer
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,8 +39,14 @@ class Task(ABC):
     def __init__(self, config: RunConfig) -> None:
         self.config = config
 
+    @property
+    def model_config(self) -> Any:
+        """``config.model``: the section of this task's model kind (validated against the
+        corpus, so its fields are the kind's)."""
+        return self.config.model
+
     @abstractmethod
-    def load(self) -> dict[str, list[Any]]:
+    def load(self) -> Mapping[str, Sequence[Any]]:
         """The examples of the ``"train"``, ``"valid"`` and ``"test"`` splits."""
 
     @abstractmethod

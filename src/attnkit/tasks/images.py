@@ -19,7 +19,7 @@ Models (``model.kind``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -50,8 +50,8 @@ class FashionMNIST(Task):
     classes: ClassVar[tuple[str, ...]] = FASHION_MNIST_CLASSES
     image_size = (28, 28)
 
-    def load(self) -> dict[str, list[Any]]:
-        return load_fashion_mnist(max_examples=self.config.data.max_examples)  # type: ignore[return-value]
+    def load(self) -> Mapping[str, Sequence[Any]]:
+        return load_fashion_mnist(max_examples=self.config.data.max_examples)
 
     def label(self, example: Any) -> int:
         if not isinstance(example, Image):
@@ -81,7 +81,7 @@ class FashionMNIST(Task):
         return {"images": images.unsqueeze(1)}
 
     def build_model(self) -> nn.Module:
-        section = self.config.model
+        section = self.model_config
         if isinstance(section, ViTModelConfig):
             return VisionTransformer(
                 self.image_size,

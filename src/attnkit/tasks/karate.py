@@ -24,7 +24,7 @@ nodes. So 8 labelled training nodes (4 per class), 8 validation, 18 test (9 per 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -79,9 +79,9 @@ class KarateClub(Task):
 
     classes = ("Mr. Hi", "Officer")
 
-    def load(self) -> dict[str, list[Any]]:
+    def load(self) -> Mapping[str, Sequence[Any]]:
         self._clubs, self._edge_index = karate_graph()
-        return karate_split(self._clubs, self.config.seed)  # type: ignore[return-value]
+        return karate_split(self._clubs, self.config.seed)
 
     def _graph(self) -> tuple[list[str], Tensor]:
         if not hasattr(self, "_clubs"):
@@ -100,17 +100,17 @@ class KarateClub(Task):
         return {"nodes": torch.tensor(list(examples), dtype=torch.long)}
 
     def build_model(self) -> nn.Module:
-        section = self.config.model
+        section = self.model_config
         clubs, edge_index = self._graph()
         return GATClassifier(
             torch.eye(len(clubs)),  # one-hot identities: the graph has no node attributes
             edge_index,
             num_classes=len(self.classes),
-            hidden_dim=section.hidden_dim,  # type: ignore[union-attr]
-            heads=section.heads,  # type: ignore[union-attr]
-            output_heads=section.output_heads,  # type: ignore[union-attr]
-            dropout=section.dropout,  # type: ignore[union-attr]
-            negative_slope=section.negative_slope,  # type: ignore[union-attr]
+            hidden_dim=section.hidden_dim,
+            heads=section.heads,
+            output_heads=section.output_heads,
+            dropout=section.dropout,
+            negative_slope=section.negative_slope,
         )
 
     def describe(self, example: Any) -> str:

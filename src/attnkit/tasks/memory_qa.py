@@ -15,7 +15,7 @@ training stories and questions (``data.min_freq``, ``data.max_vocab``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,10 @@ class MemoryQuestionAnswering(Task):
 
     classes = LOCATIONS
 
-    def load(self) -> dict[str, list[Any]]:
+    def load(self) -> Mapping[str, Sequence[Any]]:
         train = self.config.data.max_examples or TRAIN_QUESTIONS
         splits = memory_qa_splits(self.config.seed, train, VALID_QUESTIONS, TEST_QUESTIONS)
-        return dict(splits)  # type: ignore[arg-type]
+        return dict(splits)
 
     def label(self, example: Any) -> int:
         if not isinstance(example, QAExample):
@@ -65,7 +65,7 @@ class MemoryQuestionAnswering(Task):
         self.words = Vocabulary.from_dict(state["words"])
 
     def collate(self, examples: Sequence[Any]) -> dict[str, Tensor]:
-        memory_size = self.config.model.memory_size  # type: ignore[union-attr]
+        memory_size = self.model_config.memory_size
         stories = [list(reversed(e.story[-memory_size:])) for e in examples]  # newest first
         slots = max(1, max(len(story) for story in stories))
         length = max(1, max((len(s) for story in stories for s in story), default=1))
@@ -83,17 +83,17 @@ class MemoryQuestionAnswering(Task):
         return {"memories": memories, "memory_mask": mask, "question": questions}
 
     def build_model(self) -> nn.Module:
-        section = self.config.model
+        section = self.model_config
         answer_ids = torch.tensor(self.words.encode(list(self.classes)), dtype=torch.long)
         return EndToEndMemoryNetwork(
             len(self.words),
             answer_ids,
-            embed_dim=section.embed_dim,  # type: ignore[union-attr]
-            hops=section.hops,  # type: ignore[union-attr]
-            memory_size=section.memory_size,  # type: ignore[union-attr]
-            sentence_encoding=section.sentence_encoding,  # type: ignore[union-attr]
-            temporal_encoding=section.temporal_encoding,  # type: ignore[union-attr]
-            dropout=section.dropout,  # type: ignore[union-attr]
+            embed_dim=section.embed_dim,
+            hops=section.hops,
+            memory_size=section.memory_size,
+            sentence_encoding=section.sentence_encoding,
+            temporal_encoding=section.temporal_encoding,
+            dropout=section.dropout,
         )
 
     def artifacts(self, model: nn.Module, examples: Sequence[Any], directory: Path) -> list[Path]:

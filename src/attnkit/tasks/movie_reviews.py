@@ -11,7 +11,7 @@ training reviews (``data.min_freq``, ``data.max_vocab``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,11 @@ class MovieReviews(WordTask):
 
     classes = LABELS
 
-    def load(self) -> dict[str, list[Any]]:
+    def load(self) -> Mapping[str, Sequence[Any]]:
         data = self.config.data
-        return load_movie_reviews(  # type: ignore[return-value]
+        return load_movie_reviews(
             max_examples=data.max_examples,
-            max_sentences=self.config.model.max_sentences,  # type: ignore[union-attr]
+            max_sentences=self.model_config.max_sentences,
             max_length=data.max_length,
         )
 
@@ -61,12 +61,12 @@ class MovieReviews(WordTask):
         return {"words": words}
 
     def build_model(self) -> nn.Module:
-        section = self.config.model
+        section = self.model_config
         return HierarchicalAttentionNetwork(
             len(self.words),
             len(self.classes),
-            embed_dim=section.embed_dim,  # type: ignore[union-attr]
-            hidden_dim=section.hidden_dim,  # type: ignore[union-attr]
+            embed_dim=section.embed_dim,
+            hidden_dim=section.hidden_dim,
             dropout=section.dropout,
         )
 

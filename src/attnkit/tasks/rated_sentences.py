@@ -11,7 +11,7 @@ vocabulary is built from the training sentences (``data.min_freq``, ``data.max_v
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,9 @@ class RatedSentences(WordTask):
 
     classes = LABELS
 
-    def load(self) -> dict[str, list[Any]]:
+    def load(self) -> Mapping[str, Sequence[Any]]:
         data = self.config.data
-        return load_rated_sentences(max_examples=data.max_examples, max_length=data.max_length)  # type: ignore[return-value]
+        return load_rated_sentences(max_examples=data.max_examples, max_length=data.max_length)
 
     def label(self, example: Any) -> int:
         if not isinstance(example, RatedSentence):
@@ -51,14 +51,14 @@ class RatedSentences(WordTask):
         return {"tokens": pad_ids([example.tokens for example in examples], self.words)}
 
     def build_model(self) -> nn.Module:
-        section = self.config.model
+        section = self.model_config
         return SentenceClassifier(
             len(self.words),
             len(self.classes),
-            attention=section.attention,  # type: ignore[union-attr]
-            embed_dim=section.embed_dim,  # type: ignore[union-attr]
-            second_embed_dim=section.second_embed_dim,  # type: ignore[union-attr]
-            hidden_dim=section.hidden_dim,  # type: ignore[union-attr]
+            attention=section.attention,
+            embed_dim=section.embed_dim,
+            second_embed_dim=section.second_embed_dim,
+            hidden_dim=section.hidden_dim,
             dropout=section.dropout,
         )
 

@@ -14,7 +14,7 @@ Model: :class:`attnkit.models.lcr_rot_hop.LCRRotHop` (``model.hops`` rotations).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import Tensor, nn
@@ -30,9 +30,9 @@ class TargetSentiment(WordTask):
 
     classes = LABELS
 
-    def load(self) -> dict[str, list[Any]]:
+    def load(self) -> Mapping[str, Sequence[Any]]:
         data = self.config.data
-        return load_target_sentiment(  # type: ignore[return-value]
+        return load_target_sentiment(
             max_length=data.max_length, max_examples=data.max_examples, seed=self.config.seed
         )
 
@@ -54,13 +54,13 @@ class TargetSentiment(WordTask):
         }
 
     def build_model(self) -> nn.Module:
-        section = self.config.model
+        section = self.model_config
         return LCRRotHop(
             len(self.words),
             len(self.classes),
-            embed_dim=section.embed_dim,  # type: ignore[union-attr]
-            hidden_dim=section.hidden_dim,  # type: ignore[union-attr]
-            hops=section.hops,  # type: ignore[union-attr]
+            embed_dim=section.embed_dim,
+            hidden_dim=section.hidden_dim,
+            hops=section.hops,
             dropout=section.dropout,
         )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,8 +43,9 @@ def epoch_order(size: int, seed: int, epoch: int) -> Tensor:
 def objective(model: nn.Module, inputs: dict[str, Tensor], labels: Tensor) -> Tensor:
     """The model's own training objective if it has one, else cross-entropy of its logits."""
     module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-    if hasattr(module, "objective"):
-        return module.objective(inputs, labels)
+    own = getattr(module, "objective", None)
+    if callable(own):
+        return own(inputs, labels)
     return F.cross_entropy(model(**inputs), labels)
 
 
@@ -78,7 +79,9 @@ def classification_metrics(
     }
 
 
-def evaluation_slice(config: RunConfig, examples: dict[str, list[Any]]) -> dict[str, list[Any]]:
+def evaluation_slice(
+    config: RunConfig, examples: Mapping[str, Sequence[Any]]
+) -> dict[str, Sequence[Any]]:
     """``examples`` with the valid and test splits cut to ``data.max_eval_examples``."""
     cap = config.data.max_eval_examples
     return {k: (v if k == "train" or cap is None else v[:cap]) for k, v in examples.items()}
@@ -147,7 +150,7 @@ def evaluate_classifier(
 
 
 def finish_classification(
-    run: Run, model: nn.Module, examples: dict[str, list[Any]], *, log: Log = print
+    run: Run, model: nn.Module, examples: Mapping[str, Sequence[Any]], *, log: Log = print
 ) -> dict[str, Any]:
     """Final evaluation on the test split, ``results.json``, the task's artifacts and the
     report."""

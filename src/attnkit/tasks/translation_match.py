@@ -14,7 +14,7 @@ parallel (Lu et al. eq. 12-16) or alternating (eq. 6-9).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import Tensor, nn
@@ -31,10 +31,10 @@ class TranslationMatch(Task):
 
     classes = LABELS
 
-    def load(self) -> dict[str, list[Any]]:
+    def load(self) -> Mapping[str, Sequence[Any]]:
         data = self.config.data
         max_pairs = None if data.max_examples is None else max(1, data.max_examples // 2)
-        return load_translation_match(  # type: ignore[return-value]
+        return load_translation_match(
             max_length=data.max_length, max_pairs=max_pairs, seed=self.config.seed
         )
 
@@ -68,14 +68,14 @@ class TranslationMatch(Task):
         }
 
     def build_model(self) -> nn.Module:
-        section = self.config.model
+        section = self.model_config
         return CoAttentionClassifier(
             len(self.english),
             len(self.french),
             len(self.classes),
-            style=section.style,  # type: ignore[union-attr]
-            embed_dim=section.embed_dim,  # type: ignore[union-attr]
-            hidden_dim=section.hidden_dim,  # type: ignore[union-attr]
+            style=section.style,
+            embed_dim=section.embed_dim,
+            hidden_dim=section.hidden_dim,
             dropout=section.dropout,
         )
 
