@@ -1,8 +1,8 @@
 """Efficient attention quality: one small model per attention kind, trained for the same CPU time on
 ListOps (Long Range Arena) and multi-query associative recall (MQAR), test accuracy side by side.
 
-    OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks listops --minutes 5 &
-    OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks mqar --minutes 5     # full
+    OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks listops --minutes 2 &
+    OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks mqar --minutes 2     # full
     OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --quick       # tiny sizes: a smoke test
 
 The model is the same for every kind except its attention: token + learned position embeddings,
@@ -340,9 +340,9 @@ def main() -> None:
     parser.add_argument("--test-examples", type=int, default=500)
     parser.add_argument("--listops-min", type=int, default=500)
     parser.add_argument("--listops-max", type=int, default=2000)
-    parser.add_argument("--mqar-len", type=int, default=512)
-    parser.add_argument("--mqar-pairs", type=int, default=32)
-    parser.add_argument("--mqar-vocab", type=int, default=1024)
+    parser.add_argument("--mqar-len", type=int, default=64)
+    parser.add_argument("--mqar-pairs", type=int, default=8)
+    parser.add_argument("--mqar-vocab", type=int, default=128)
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     if args.quick:
