@@ -136,7 +136,8 @@ def write_docs() -> Path:
         "is peak RSS beyond the inputs in MiB, in a fresh process per configuration (see "
         "benchmarks/common.py). Compare ratios within a table, not absolute times across runs. "
         "Reproduce: `python benchmarks/exact.py [--sections scaled_dot,scores,memory,targets]`, "
-        "`python benchmarks/decode.py`.",
+        "`python benchmarks/decode.py`, `python benchmarks/efficient.py`, "
+        "`OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks listops|mqar`.",
         "",
     ]
     targets = []
