@@ -102,7 +102,15 @@ class ClassificationJob(Job):
 
     def prepare(self, run: Run, parallel: DataParallel, log: Log) -> int:
         self.task = run.task  # restored from the run's task.json (the same state on every rank)
-        self.per_epoch = math.ceil(len(self.examples["train"]) / self.config.train.batch_size)
+        size, batch = len(self.examples["train"]), self.config.train.batch_size
+        remainder = size % batch  # the epoch's last batch
+        if min(size, batch, remainder or batch) < parallel.world:
+            raise ValueError(
+                f"train.batch_size: each of the {parallel.world} processes needs an example of "
+                f"every batch; batch_size={batch} with {size} training examples leaves a last "
+                f"batch of {remainder or min(size, batch)}"
+            )
+        self.per_epoch = math.ceil(size / batch)
         return self.per_epoch
 
     def batch(self, step: int, parallel: DataParallel) -> tuple[dict[str, Tensor], Tensor]:
