@@ -259,6 +259,7 @@ def _train(
     if not main:
         log = _silent
     job = make_job(config)
+    checkpoint = None
     if resume is not None:
         run = Run.open(resume, config)
         saved = Run.open(resume).config
@@ -266,6 +267,9 @@ def _train(
         if others:
             log(f"resuming with changed settings: {'; '.join(others)}")
         run.config = config
+        # read and verified before any work: a bad checkpoint stops the run with nothing changed
+        newest = latest_checkpoint(run.checkpoints)
+        checkpoint = None if newest is None else read_checkpoint(newest, architecture(config))
     else:
         path = ""
         if main:
@@ -278,16 +282,13 @@ def _train(
     optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate_factor(config))
     step = 0
-    if resume is not None:
-        path = latest_checkpoint(run.checkpoints)
-        if path is not None:
-            checkpoint = read_checkpoint(path, architecture(config))
-            checkpoint.restore(model, optimizer, scheduler, rng=True)
-            step = checkpoint.step
-        if main:
-            truncate_metrics(run.metrics, step)
-    else:
+    if checkpoint is not None:
+        checkpoint.restore(model, optimizer, scheduler, rng=True)
+        step = checkpoint.step
+    else:  # a new run, or one resumed before its first checkpoint: start as a new run does
         torch.manual_seed(config.seed)  # dropout's stream starts from the seed too
+    if resume is not None and main:
+        truncate_metrics(run.metrics, step)
     trained = parallel.wrap(model)
 
     t = config.train

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from safetensors.torch import load_file
 
@@ -110,6 +111,23 @@ def test_resume_drops_metrics_logged_after_the_checkpoint(tmp_path):
     with (part.path / "metrics.jsonl").open("a") as handle:
         handle.write(json.dumps({"step": 5, "split": "train", "loss": 123.0}) + "\n")
     train(config, resume=part.path, quiet=True, log=_quiet_log)
+    assert _history(whole.path) == _history(part.path)
+
+
+def test_resume_before_the_first_checkpoint_is_bit_exact(tmp_path):
+    """A crash before any checkpoint was written: ``--resume`` starts over from the seed, exactly
+    as the uninterrupted run did (initialisation and dropout's stream)."""
+    config = validate(TINY)
+    whole = train(config, run_dir=tmp_path / "whole", quiet=True, log=_quiet_log)
+    part = train(config, run_dir=tmp_path / "part", stop_after=2, quiet=True, log=_quiet_log)
+    for path in (part.path / "checkpoints").iterdir():  # lost: only the metrics were written
+        path.unlink()
+    torch.manual_seed(12345)  # whatever the process did before must not matter
+    train(config, resume=part.path, quiet=True, log=_quiet_log)
+    a, b = _final_state(whole.path, 6), _final_state(part.path, 6)
+    assert sorted(a) == sorted(b)
+    for key in a:
+        assert a[key].equal(b[key]), key
     assert _history(whole.path) == _history(part.path)
 
 
