@@ -48,11 +48,17 @@ def load_examples(config: RunConfig) -> dict[str, list[Example]]:
         from attnkit.data.tatoeba import load_tatoeba
 
         return load_tatoeba(max_length=data.max_length, max_pairs=data.max_pairs)
-    from attnkit.data.hansards import load_hansards
+    from attnkit.data.hansards import load_hansards, missing_files
 
     root = Path(data.root or "")
     if not root.is_dir():
         raise ConfigError(f"data.root: no such directory {str(root)!r}")
+    missing = missing_files(root)
+    if missing:  # a configuration error, found before any file is read
+        raise ConfigError(
+            f"data.root: {str(root)!r} is not the hansards-en-fr directory (missing "
+            f"{', '.join(str(root / name) for name in missing)})"
+        )
     return load_hansards(root, max_length=data.max_length, max_pairs=data.max_pairs)
 
 
@@ -111,6 +117,8 @@ def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
         dim_feedforward=m.dim_feedforward,
         dropout=m.dropout,
         max_length=m.max_length,
+        attention=m.attention,
+        decoder_attention=m.decoder_attention,
     )
 
 
@@ -119,10 +127,15 @@ def describe_model(config: RunConfig) -> str:
     if m.kind == "rnn":
         return f"{m.style} GRU encoder-decoder, {m.score} score, {m.align} alignment"
     if m.kind == "transformer":
-        return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads"
+        kinds = ""
+        if (m.attention, m.decoder_attention) != ("exact", "exact"):
+            kinds = f", {m.attention} encoder / {m.decoder_attention} decoder self-attention"
+        return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads{kinds}"
     # the section's docstring names the model; its variant key (if any) says which one
     name = (type(m).__doc__ or m.kind).strip().splitlines()[0].rstrip(".")
     variant = getattr(m, "attention", None) or getattr(m, "style", None)
+    if m.kind == "vit":  # its attention key is the kind of attention, exact unless chosen
+        variant = None if m.attention == "exact" else f"{m.attention} attention"
     return f"{name} [{variant}]" if variant else name
 
 

@@ -168,6 +168,38 @@ def _fake_hansards(root: Path, pairs: int = 40, gold: int = 104) -> Path:
     return root
 
 
+@pytest.mark.parametrize("present", ["nothing", "training text only"])
+def test_a_data_root_that_is_not_the_hansards_folder_is_a_config_error(tmp_path, capsys, present):
+    root = tmp_path / "not-hansards"
+    (root / "train-csc401-subset").mkdir(parents=True)
+    (root / "README.md").write_text("some other folder\n")
+    expected_missing = ["train-csc401-subset/train.e", "gold/test.pharaoh"]
+    if present == "training text only":
+        for side in "ef":
+            (root / "train-csc401-subset" / f"train.{side}").write_text("a b .\n")
+        expected_missing = ["gold/test.e", "gold/test.f", "gold/test.pharaoh"]
+    runs = tmp_path / "runs"
+    code = main(
+        [
+            "train",
+            str(ROOT / "configs" / "hansards-bahdanau.yaml"),
+            "--set",
+            f"data.root={root}",
+            "--runs-dir",
+            str(runs),
+            "--quiet",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"attnkit train: error: data.root: {str(root)!r} is not the hansards")
+    for name in expected_missing:
+        assert str(root / name) in err
+    if present == "training text only":
+        assert "train.e" not in err
+    assert not runs.exists()  # refused before a run directory was made
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_config_trains_a_few_steps(tmp_path, path):
     overrides = ["train.steps=2", "train.eval_every=2", "train.checkpoint_every=null"]

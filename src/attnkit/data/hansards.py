@@ -46,6 +46,17 @@ from attnkit.data.tokenize import tokenize
 from attnkit.evaluate.alignment import parse_pharaoh
 
 VALID_SENTENCES = 100  # gold lines 1–100 are "valid", 101–447 "test"
+# what a hansards-en-fr directory must hold, relative to it
+TRAINING_FILES = ("train-csc401-subset/train.e", "train-csc401-subset/train.f")
+GOLD_FILES = ("gold/test.e", "gold/test.f", "gold/test.pharaoh")
+
+
+def missing_files(root: str | Path) -> list[str]:
+    """The files of the Hansards release (:data:`TRAINING_FILES`, :data:`GOLD_FILES`) that
+    ``root`` lacks, relative to it; empty for a complete ``hansards-en-fr`` directory."""
+    root = Path(root)
+    return [name for name in (*TRAINING_FILES, *GOLD_FILES) if not (root / name).is_file()]
+
 
 # French contractions of a preposition and an article, as the gold expands them.
 _CONTRACTIONS = {"du": ("de", "le"), "des": ("de", "les"), "au": ("à", "le"), "aux": ("à", "les")}
