@@ -42,13 +42,13 @@ CAUSAL_KINDS = {
     "linear": partial(linear_attention, chunk=8),
     "performer": partial(performer_attention, projection=_OMEGA, chunk=8),
     "lsh_one_bucket": partial(_lsh, bucket_size=64),
+    "lsh_buckets": partial(_lsh, bucket_size=8, n_rounds=2),
     "synthesizer_dense": _SYNTH_DENSE,
     "synthesizer_random": _SYNTH_RANDOM,
 }
 
 ALL_KINDS = {
     **CAUSAL_KINDS,
-    "lsh_buckets": partial(_lsh, bucket_size=8, n_rounds=2),
     "nystrom": partial(nystrom_attention, landmarks=8),
     "linformer": partial(linformer_attention, key_projection=torch.randn(16, 64)),
 }
@@ -78,17 +78,6 @@ def test_causal_does_not_leak_the_future(name: str) -> None:
         t[:, :, CUT:] = 10 * torch.randn_like(t[:, :, CUT:])
     again = fn(*changed, causal=True).context
     assert torch.equal(again[:, :, :CUT], out[:, :, :CUT].detach())
-
-
-def test_lsh_with_buckets_never_attends_future_values() -> None:
-    """With several buckets the chunking depends on every position's hash (a future token can
-    move an earlier one to another chunk, a known property of Reformer's sort); what no query
-    ever does is attend a later value."""
-    q, _, v = _inputs()
-    v.requires_grad_()
-    out = lsh_attention(q, q, v, bucket_size=8, n_rounds=2, causal=True).context
-    out[:, :, :CUT].sum().backward()
-    assert torch.equal(v.grad[:, :, CUT:], torch.zeros_like(v.grad[:, :, CUT:]))
 
 
 @pytest.mark.parametrize("name", list(ALL_KINDS))

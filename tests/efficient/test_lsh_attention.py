@@ -62,3 +62,109 @@ def test_separate_keys_are_refused() -> None:
     x = torch.randn(1, 1, 4, 8)
     with pytest.raises(ValueError, match="shared-QK"):
         lsh_attention(x, x.clone(), x)
+
+
+def _reference_lsh(q, v, keep, bucket_size, n_rounds, seed, causal):
+    """Reformer's LSH attention one query at a time, in float64 (Kitaev et al. 2020 §2).
+
+    Per round: angular hash ``argmax([xR; -xR])`` of the normalised vectors with the rotations
+    drawn from ``seed`` (``randn(d, n_buckets/2)`` per round); candidate keys of query ``i``:
+    non-causal, the same-bucket keys of its chunk and the previous chunk (first chunk: the last)
+    of the positions sorted by (bucket, position); causal, the keys ``j <= i`` of its bucket whose
+    rank in the bucket is at least ``c·(floor(rank_i / c) - 1)``. Self only if it is the only
+    admissible candidate. Rounds combined by ``softmax_r(log Σ exp)``.
+    """
+    _, length, d = q.shape
+    qd, vd = q.double(), v.double()
+    kd = qd / qd.norm(dim=-1, keepdim=True)
+    c = min(bucket_size, length)
+    n_chunks = -(-length // c)
+    n_buckets = 1 if n_chunks == 1 else 2 * (-(-n_chunks // 2))
+    g = torch.Generator().manual_seed(seed)
+    rotations = [
+        torch.randn(d, max(1, n_buckets // 2), generator=g).double() for _ in range(n_rounds)
+    ]
+    out = torch.zeros(q.shape[0], length, v.shape[-1], dtype=torch.float64)
+    for batch in range(q.shape[0]):
+        rounds = []  # per round: (context [L, dv], log-normaliser [L])
+        for rotation in rotations:  # one per round, shared by the batch
+            rotated = kd[batch] @ rotation
+            both = torch.cat([rotated, -rotated], -1)
+            if n_buckets == 1:
+                bucket = [0] * length
+            else:
+                top2 = both.topk(2, -1).values
+                assert (top2[:, 0] - top2[:, 1]).min() > 1e-5  # no near-tie float32 could flip
+                bucket = both.argmax(-1).tolist()
+            ordered = sorted(range(length), key=lambda i: (bucket[i], i))
+            chunk_of = {p: s // c for s, p in enumerate(ordered)}
+            rank = {i: sum(bucket[j] == bucket[i] for j in range(i)) for i in range(length)}
+            context = torch.zeros(length, v.shape[-1], dtype=torch.float64)
+            lse = torch.full((length,), -math.inf, dtype=torch.float64)
+            for i in range(length):
+                if causal:
+                    low = c * (rank[i] // c - 1)
+                    cand = [j for j in range(i + 1) if bucket[j] == bucket[i] and rank[j] >= low]
+                else:
+                    near = {chunk_of[i], (chunk_of[i] - 1) % n_chunks}
+                    cand = [
+                        j for j in range(length) if chunk_of[j] in near and bucket[j] == bucket[i]
+                    ]
+                cand = [j for j in cand if keep[batch, j]]
+                if [j for j in cand if j != i]:
+                    cand = [j for j in cand if j != i]
+                if not cand:
+                    continue
+                e = torch.stack([qd[batch, i] @ kd[batch, j] for j in cand]) / math.sqrt(d)
+                lse[i] = torch.logsumexp(e, 0)
+                context[i] = torch.softmax(e, 0) @ vd[batch, cand]
+            rounds.append((context, lse))
+        z = torch.stack([r[1] for r in rounds])  # [R, L]
+        share = torch.softmax(z, 0).nan_to_num(nan=0.0)  # a query with no key in any round
+        out[batch] = (share.unsqueeze(-1) * torch.stack([r[0] for r in rounds])).sum(0)
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    ("length", "bucket_size", "n_rounds"), [(45, 8, 3), (64, 16, 2), (7, 2, 2)]
+)
+def test_equals_per_query_reference(
+    length: int, bucket_size: int, n_rounds: int, causal: bool
+) -> None:
+    """Several buckets and rounds, with key padding: the chunked computation equals the loop."""
+    g = torch.Generator().manual_seed(3)
+    q, v = torch.randn(2, length, 8, generator=g), torch.randn(2, length, 5, generator=g)
+    keep = torch.rand(2, length, generator=g) < 0.85
+    out = lsh_attention(
+        q,
+        q,
+        v,
+        bucket_size=bucket_size,
+        n_rounds=n_rounds,
+        seed=7,
+        causal=causal,
+        mask=keep[:, None, :],
+    ).context
+    expected = _reference_lsh(q, v, keep, bucket_size, n_rounds, 7, causal)
+    assert (out.double() - expected).abs().max().item() <= 1e-5
+
+
+def test_causal_with_buckets_does_not_leak_the_future() -> None:
+    """The audit's case (L = 256, chunks of 16, 2 rounds, future = positions >= 128): with the
+    plain sort, a later position could move an earlier one's chunk boundary (past outputs moved
+    by up to 0.1); now past outputs are bitwise equal and future gradients exactly zero."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 2, 256, 16, generator=g, requires_grad=True)
+    v = torch.randn(2, 2, 256, 16, generator=g, requires_grad=True)
+    out = lsh_attention(q, q, v, bucket_size=16, n_rounds=2, causal=True).context
+    out[:, :, :128].sum().backward()
+    assert torch.equal(q.grad[:, :, 128:], torch.zeros_like(q.grad[:, :, 128:]))
+    assert torch.equal(v.grad[:, :, 128:], torch.zeros_like(v.grad[:, :, 128:]))
+    for seed in range(3):
+        new = torch.Generator().manual_seed(100 + seed)
+        q2, v2 = q.detach().clone(), v.detach().clone()
+        q2[:, :, 128:] = 10 * torch.randn(2, 2, 128, 16, generator=new)
+        v2[:, :, 128:] = torch.randn(2, 2, 128, 16, generator=new)
+        again = lsh_attention(q2, q2, v2, bucket_size=16, n_rounds=2, causal=True).context
+        assert torch.equal(again[:, :, :128], out[:, :, :128].detach())

@@ -10,10 +10,24 @@ position unless it has no other key to attend (its score with itself would domin
 Multi-round hashing (``n_rounds``, §2 "Multi-round LSH attention"): each round gives an output
 ``o_r`` and a log-normaliser ``z_r``; they are combined as ``Σ_r softmax_r(z_r) o_r``.
 
-Per round the scores held are ``[B, H, L/c, c, 2c]`` for chunks of ``c = bucket_size``:
-O(L·c) memory. ``n_buckets = 2·ceil(L / (2c))`` (the paper: about ``L / c`` buckets), and one
-bucket (``bucket_size >= L``) is exact softmax attention over the sequence with the self rule.
-Causal: a query attends no later position (positions are kept through the sort).
+Which keys a query attends in one round, for chunks of ``c = bucket_size``:
+
+* non-causal (Reformer's chunking): positions sorted by (bucket, position) and cut into chunks
+  of ``c``; a query attends the keys of its bucket in its own chunk and the previous one (the
+  first chunk's previous one is the last);
+* causal: a query at position ``i`` with rank ``r`` among the positions of its bucket (``r``
+  earlier positions share it) attends the positions ``j <= i`` of its bucket whose rank is at
+  least ``c·(floor(r/c) - 1)``: between ``c`` and ``2c - 1`` of its bucket's latest keys (all of
+  them near the start of the bucket). This is Reformer's chunking with each bucket's run
+  starting a new chunk: the chunks are then the same whatever the later positions hash to, so
+  no output depends on a later input, not even through which keys share its chunk (Reformer's
+  plain sort lets a later position of a lower bucket shift where a chunk boundary falls).
+
+Per round the scores held are ``[B, H, S/c, c, 2c]`` with ``S`` the sorted length (``L``
+rounded up to chunks; causal adds at most one partial chunk per non-empty bucket, so
+``S < 2L + c``): O(L·c) memory. ``n_buckets = 2·ceil(L / (2c))`` (the paper: about ``L / c``
+buckets), and one bucket (``bucket_size >= L``) is exact softmax attention over the sequence with
+the self rule (causal: over the earlier positions).
 """
 
 from __future__ import annotations
@@ -50,6 +64,84 @@ def _chunks_with_previous(x: Tensor, chunk: int) -> Tensor:
     return torch.cat([xc, xc.roll(1, dims=2)], 3)
 
 
+def _sorted_slots(buckets: Tensor, n_buckets: int, chunk: int, causal: bool) -> Tensor:
+    """The position at each slot of the sorted order, ``[B, H, S]`` (``S`` a multiple of
+    ``chunk``; ``L`` = ``buckets.shape[-1]`` marks an empty slot).
+
+    Non-causal: positions by (bucket, position), then empty slots. Causal: the same, but each
+    bucket's run starts at a chunk boundary (empty slots fill its last chunk), so a position's
+    slot within its chunks depends only on the earlier positions of its bucket.
+    """
+    b, h, length = buckets.shape
+    positions = torch.arange(length, device=buckets.device)
+    order = (buckets * length + positions).argsort(-1)  # by bucket, then by position
+    if not causal:
+        slots = math.ceil(length / chunk) * chunk
+        return F.pad(order, (0, slots - length), value=length)
+    counts = torch.zeros(b, h, n_buckets, dtype=torch.long, device=buckets.device)
+    counts.scatter_add_(2, buckets, torch.ones_like(buckets))
+    run_start = counts.cumsum(-1) - counts  # where each bucket's run starts in ``order``
+    padded_runs = (counts + chunk - 1) // chunk * chunk
+    slot_start = padded_runs.cumsum(-1) - padded_runs  # ... and in the chunk-aligned order
+    # ceil(a/c) + ceil(b/c) <= ceil((a+b)/c) + 1: at most one extra chunk per non-empty bucket
+    slots = (math.ceil(length / chunk) + min(n_buckets, length) - 1) * chunk
+    sorted_buckets = buckets.gather(2, order)
+    rank = torch.arange(length, device=buckets.device) - run_start.gather(2, sorted_buckets)
+    target = slot_start.gather(2, sorted_buckets) + rank
+    slot_position = torch.full((b, h, slots), length, dtype=torch.long, device=buckets.device)
+    return slot_position.scatter_(2, target, order)
+
+
+def _attend_chunks(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    position: Tensor,
+    bucket: Tensor,
+    keep: Tensor,
+    chunk: int,
+    scale: float,
+    causal: bool,
+) -> tuple[Tensor, Tensor]:
+    """One round over sorted slots: ``q, k [B, H, S, d]``, ``v [B, H, S, d_v]`` and each slot's
+    ``position``, ``bucket``, ``keep`` ``[B, H, S]``; each chunk's queries attend the keys of
+    their bucket in it and in the previous chunk. Returns the context ``[B, H, S, d_v]`` and the
+    log-normaliser ``[B, H, S]`` (``-inf`` for a query with no key)."""
+    b, h, slots, d = q.shape
+    dv = v.shape[-1]
+    n_chunks = slots // chunk
+
+    def with_previous(x: Tensor) -> Tensor:
+        return _chunks_with_previous(x.unsqueeze(-1), chunk).squeeze(-1)
+
+    sq = q.view(b, h, n_chunks, chunk, d)
+    sk = _chunks_with_previous(k, chunk)  # [B, H, nc, 2c, d]
+    sv = _chunks_with_previous(v, chunk)
+    q_pos = position.view(b, h, n_chunks, chunk)
+    k_pos = with_previous(position)  # [B, H, nc, 2c]
+    q_bucket = bucket.view(b, h, n_chunks, chunk)
+
+    scores = (sq @ sk.transpose(-1, -2)) * scale  # [B, H, nc, c, 2c]
+    allowed = (q_bucket.unsqueeze(-1) == with_previous(bucket).unsqueeze(-2)) & with_previous(
+        keep
+    ).unsqueeze(-2)
+    if causal:
+        allowed = allowed & (k_pos.unsqueeze(-2) <= q_pos.unsqueeze(-1))
+    itself = k_pos.unsqueeze(-2) == q_pos.unsqueeze(-1)
+    others = allowed & ~itself
+    allowed = torch.where(others.any(-1, keepdim=True), others, allowed)  # self only if alone
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    top = scores.amax(-1, keepdim=True).detach()
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    e = torch.exp(scores - top)  # masked entries: exp(-inf) = 0
+    total = e.sum(-1, keepdim=True)
+    some = total > 0  # (a row with no key: zeros, and a -inf normaliser, never NaN)
+    ones = torch.ones_like(total)
+    weights = e / torch.where(some, total, ones)
+    lse = torch.where(some, top + torch.log(torch.where(some, total, ones)), -math.inf)
+    return (weights @ sv).view(b, h, slots, dv), lse.view(b, h, slots)
+
+
 def lsh_attention(
     q: Tensor,
     k: Tensor,
@@ -66,7 +158,7 @@ def lsh_attention(
     dropout: float = 0.0,
     return_weights: bool = False,
 ) -> AttentionOutput:
-    """Reformer's shared-QK LSH attention.
+    """Reformer's shared-QK LSH attention (which keys each query attends: see the module doc).
 
     Args:
         q: the shared query/key vectors ``[B, H, L, d]`` (or ``[B, L, d]``).
@@ -76,7 +168,8 @@ def lsh_attention(
         n_rounds: hashing rounds (more rounds, fewer missed neighbours; the paper: 1-8).
         seed: fixes the random rotations (same hashes on every call with this seed).
         mask: key-padding only: bool (True = may attend) broadcastable to ``[B, H, 1, L]``.
-        causal: no query attends a later position.
+        causal: no query attends a later position, and no output depends on a later input
+            (chunks aligned to each bucket's run, see the module doc).
         scale, score, align, dropout: ``scaled_dot``/``dot``, ``softmax``, 0 only.
         return_weights: ignored (``weights`` is ``None``).
 
@@ -113,59 +206,45 @@ def lsh_attention(
     if length == 0:
         return call.output(call.q.new_zeros(b, h, 0, dv))
     keys = F.normalize(call.q, dim=-1)
-    keep = call.key_mask("lsh")
+    key_mask = call.key_mask("lsh")
     c = min(bucket_size, length)
-    n_chunks = math.ceil(length / c)
-    n_buckets = 1 if n_chunks == 1 else 2 * math.ceil(n_chunks / 2)
-    padded = n_chunks * c
+    n_buckets = 1 if length <= c else 2 * math.ceil(math.ceil(length / c) / 2)
     generator = torch.Generator().manual_seed(seed)
-    positions = torch.arange(padded, device=call.q.device)
-    real = positions < length  # padding positions sort last and are never attended
-    keep_padded = real.expand(b, h, padded)
-    if keep is not None:
-        keep_padded = keep_padded & F.pad(keep[..., 0, :], (0, padded - length)).expand(b, h, -1)
+    # one empty row at index L: what the empty slots of the sorted order read
+    keep = torch.ones(b, h, length, dtype=torch.bool, device=call.q.device)
+    if key_mask is not None:
+        keep = keep & key_mask[..., 0, :]
+    keep = F.pad(keep, (0, 1), value=False)
+    q_p, k_p, v_p = (F.pad(x, (0, 0, 0, 1)) for x in (call.q, keys, call.v))
 
-    pad = (0, 0, 0, padded - length)
-    q_p, k_p, v_p = F.pad(call.q, pad), F.pad(keys, pad), F.pad(call.v, pad)
+    def gather(x: Tensor, index: Tensor) -> Tensor:
+        return x.gather(2, index.unsqueeze(-1).expand(*index.shape, x.shape[-1]))
+
     outputs, normalisers = [], []
     for _ in range(n_rounds):
         rotations = torch.randn(d, max(1, n_buckets // 2), generator=generator).to(call.q.device)
-        buckets = lsh_buckets(k_p, n_buckets, rotations)
-        buckets = torch.where(real, buckets, torch.full_like(buckets, n_buckets))
-        order = (buckets * padded + positions).argsort(-1)  # by bucket, then by position
-        undo = order.argsort(-1)
-
-        def sort(x: Tensor, order: Tensor = order) -> Tensor:
-            return x.gather(2, order.unsqueeze(-1).expand(*order.shape, x.shape[-1]))
-
-        sq = sort(q_p).view(b, h, n_chunks, c, d)
-        sk = _chunks_with_previous(sort(k_p), c)  # [B, H, nc, 2c, d]
-        sv = _chunks_with_previous(sort(v_p), c)
-        q_pos = order.view(b, h, n_chunks, c)
-        k_pos = _chunks_with_previous(order.unsqueeze(-1), c).squeeze(-1)  # [B, H, nc, 2c]
-        q_bucket = buckets.gather(2, order).view(b, h, n_chunks, c)
-        k_bucket = _chunks_with_previous(buckets.gather(2, order).unsqueeze(-1), c).squeeze(-1)
-        k_keep = _chunks_with_previous(keep_padded.gather(2, order).unsqueeze(-1), c).squeeze(-1)
-
-        scores = (sq @ sk.transpose(-1, -2)) * call.scale  # [B, H, nc, c, 2c]
-        allowed = (q_bucket.unsqueeze(-1) == k_bucket.unsqueeze(-2)) & k_keep.unsqueeze(-2)
-        if call.causal:
-            allowed = allowed & (k_pos.unsqueeze(-2) <= q_pos.unsqueeze(-1))
-        itself = k_pos.unsqueeze(-2) == q_pos.unsqueeze(-1)
-        others = allowed & ~itself
-        allowed = torch.where(others.any(-1, keepdim=True), others, allowed)  # self only if alone
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        top = scores.amax(-1, keepdim=True).detach()
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        e = torch.exp(scores - top)  # masked entries: exp(-inf) = 0
-        total = e.sum(-1, keepdim=True)
-        some = total > 0  # (a row with no key: zeros, and a -inf normaliser, never NaN)
-        weights = e / torch.where(some, total, torch.ones_like(total))
-        ones = torch.ones_like(total)
-        lse = torch.where(some, top + torch.log(torch.where(some, total, ones)), -math.inf)
-        out = (weights @ sv).view(b, h, padded, dv)
-        outputs.append(out.gather(2, undo.unsqueeze(-1).expand(b, h, padded, dv)))
-        normalisers.append(lse.view(b, h, padded).gather(2, undo))
+        buckets = lsh_buckets(keys, n_buckets, rotations)  # [B, H, L]
+        position = _sorted_slots(buckets, n_buckets, c, call.causal)  # [B, H, S]
+        bucket = F.pad(buckets, (0, 1), value=n_buckets).gather(2, position)
+        out, lse = _attend_chunks(
+            gather(q_p, position),
+            gather(k_p, position),
+            gather(v_p, position),
+            position,
+            bucket,
+            keep.gather(2, position),
+            c,
+            call.scale,
+            call.causal,
+        )
+        # back to positions: slot of each position (empty slots are never read)
+        slot_of = torch.empty(b, h, length + 1, dtype=torch.long, device=call.q.device)
+        slot_of.scatter_(
+            2, position, torch.arange(position.shape[-1], device=call.q.device).expand_as(position)
+        )
+        slot_of = slot_of[..., :length]
+        outputs.append(gather(out, slot_of))
+        normalisers.append(lse.gather(2, slot_of))
 
     if n_rounds == 1:
         context = outputs[0]
@@ -177,7 +256,7 @@ def lsh_attention(
         total = share.sum(0, keepdim=True)
         share = share / torch.where(total > 0, total, torch.ones_like(total))
         context = (share.unsqueeze(-1) * torch.stack(outputs)).sum(0)
-    return call.output(context[:, :, :length])
+    return call.output(context)
 
 
 lsh_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
