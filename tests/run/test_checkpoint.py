@@ -3,6 +3,7 @@ empty, corrupted and mismatched files with one line naming the file, no pickle a
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -205,5 +206,208 @@ def test_no_pickle_anywhere():
 def test_metadata_is_plain_json(tmp_path):
     model, optimizer, scheduler = _trained()
     meta = json.loads(_save(tmp_path, 1, model, optimizer, scheduler).read_text())
-    assert meta["format"] == "attnkit-checkpoint/1" and meta["step"] == 1
+    assert meta["format"] == "attnkit-checkpoint/2" and meta["step"] == 1
     assert set(meta) >= {"architecture", "fingerprint", "tensors", "optimizer", "scheduler", "rng"}
+
+
+def _rewrite(json_path: Path, change, rechecksum: bool) -> None:
+    """Change the checkpoint JSON's content; with ``rechecksum`` also make its checksum agree (a
+    file consistent with itself but wrong, which only the structural checks can catch)."""
+    meta = json.loads(json_path.read_text())
+    change(meta)
+    if rechecksum:
+        meta["checksum"] = ckpt.content_checksum(meta)
+    json_path.write_text(json.dumps(meta, indent=1))
+
+
+def _set(path: str, value):
+    """A change that sets ``meta[a][b]...`` (dotted path; digits index lists) to ``value``."""
+
+    def change(meta):
+        *parents, leaf = path.split(".")
+        node = meta
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[int(leaf) if leaf.isdigit() else leaf] = value
+
+    return change
+
+
+def _drop(path: str):
+    def change(meta):
+        *parents, leaf = path.split(".")
+        node = meta
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        del node[leaf]
+
+    return change
+
+
+def _short_python_rng(meta):
+    meta["rng"]["python"][1] = meta["rng"]["python"][1][:100]
+
+
+# Content that is valid JSON but wrong (the audit's cases first); each must be refused with one
+# line naming the JSON file, whether or not the checksum was made to agree.
+CONTENT_DAMAGE = {
+    "tensors.file missing": _drop("tensors.file"),
+    "tensors.file elsewhere": _set("tensors.file", "../step-00000001.safetensors"),
+    "scheduler junk": _set("scheduler", {"junk": 1}),
+    "scheduler last_epoch a string": _set("scheduler.last_epoch", "3"),
+    "step a string": _set("step", "abc"),
+    "step another step": _set("step", 2),
+    "tensors a string": _set("tensors", "abc"),
+    "architecture a list": _set("architecture", ["model.hidden_dim", 8]),
+    "architecture without its fingerprint": lambda meta: meta["architecture"].update(
+        {"model.hidden_dim": 9}
+    ),
+    "python RNG state too short": _short_python_rng,
+    "python RNG version": _set("rng.python.0", "three"),
+    "numpy RNG of another kind": _set("rng.numpy.0", "PCG64"),
+    "lr a string": _set("optimizer.param_groups.0.lr", "abc"),
+    "a group setting missing": _drop("optimizer.param_groups.0.betas"),
+    "group parameters changed": _set("optimizer.param_groups.0.params", [0, 1]),
+    "param_groups empty": _set("optimizer.param_groups", []),
+    "scalars keyed by a name": _set("optimizer.scalars", {"first": {}}),
+    "extra null": _set("extra", None),
+    "format of another version": _set("format", "attnkit-checkpoint/1"),
+    "checksum missing": _drop("checksum"),
+    "an unknown key": _set("comment", "hello"),
+    "not an object": lambda meta: meta.clear(),
+}
+# Values that are well-formed: only the checksum can tell they were changed.
+VALUE_DAMAGE = {
+    "lr changed": _set("optimizer.param_groups.0.lr", 1.0),
+    "scheduler step changed": _set("scheduler.last_epoch", 1),
+    "data position changed": _set("extra.data_position", 0),
+}
+
+
+def _state(model, optimizer, scheduler):
+    """Everything ``restore`` could change, copied."""
+    import random
+
+    import numpy as np
+
+    return {
+        "model": {k: v.clone() for k, v in model.state_dict().items()},
+        "optimizer": copy.deepcopy(optimizer.state_dict()),
+        "scheduler": copy.deepcopy(scheduler.state_dict()),
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),  # noqa: NPY002
+    }
+
+
+def _assert_same_state(a, b):
+    assert a.keys() == b.keys()
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    oa, ob = a["optimizer"], b["optimizer"]
+    assert oa["param_groups"] == ob["param_groups"] and oa["state"].keys() == ob["state"].keys()
+    for i in oa["state"]:
+        for key, value in oa["state"][i].items():
+            assert torch.equal(value, ob["state"][i][key]), (i, key)
+    assert a["scheduler"] == b["scheduler"] and a["python"] == b["python"]
+    assert torch.equal(a["torch"], b["torch"])
+    assert all(
+        (x == y).all() if hasattr(x, "shape") else x == y
+        for x, y in zip(a["numpy"], b["numpy"], strict=True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("damage", "rechecksum"),
+    [
+        pytest.param(
+            damage, rechecksum, id=f"{damage}-{'checksum-agrees' if rechecksum else 'as-is'}"
+        )
+        for damage in CONTENT_DAMAGE
+        for rechecksum in (False, True)
+        if not (rechecksum and damage in ("checksum missing", "not an object"))
+    ],
+)
+def test_wrong_json_content_is_refused_with_nothing_loaded(tmp_path, damage, rechecksum):
+    model, optimizer, scheduler = _trained()
+    json_path = _save(tmp_path, 1, model, optimizer, scheduler, extra={"data_position": 1})
+    if damage == "not an object":  # a JSON list: no checksum to agree
+        json_path.write_text("[1, 2, 3]")
+    else:
+        _rewrite(json_path, CONTENT_DAMAGE[damage], rechecksum)
+    fresh, fresh_opt, fresh_sched = _trained(seed=1, steps=2)
+    before = _state(fresh, fresh_opt, fresh_sched)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(json_path, ARCH).restore(fresh, fresh_opt, fresh_sched, rng=True)
+    message = str(info.value)
+    assert message.startswith(f"{json_path}: ") and "\n" not in message, message
+    _assert_same_state(before, _state(fresh, fresh_opt, fresh_sched))  # nothing half-loaded
+
+
+@pytest.mark.parametrize("damage", list(VALUE_DAMAGE), ids=list(VALUE_DAMAGE))
+def test_changed_values_fail_the_checksum(tmp_path, damage):
+    model, optimizer, scheduler = _trained()
+    json_path = _save(tmp_path, 1, model, optimizer, scheduler, extra={"data_position": 1})
+    _rewrite(json_path, VALUE_DAMAGE[damage], rechecksum=False)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(json_path, ARCH)
+    assert str(info.value) == (
+        f"{json_path}: corrupted checkpoint metadata (its content does not match its checksum)"
+    )
+    _rewrite(json_path, lambda meta: None, rechecksum=True)  # the same values, vouched for
+    assert read_checkpoint(json_path, ARCH).step == 1  # well-formed: accepted
+
+
+def test_checksum_is_of_the_content_without_itself(tmp_path):
+    """Independent reference: SHA-256 of the canonical JSON (sorted keys, no spaces)."""
+    import hashlib
+
+    model, optimizer, scheduler = _trained()
+    meta = json.loads(_save(tmp_path, 1, model, optimizer, scheduler).read_text())
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert meta["checksum"] == "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+
+def _rewrite_tensors(json_path: Path, change) -> None:
+    """Change the tensor file and make both its hash and the JSON's checksum agree."""
+    import hashlib
+
+    from safetensors.torch import load, save
+
+    tensor_path = json_path.with_suffix(".safetensors")
+    tensors = load(tensor_path.read_bytes())
+    change(tensors)
+    blob = save(tensors)
+    tensor_path.write_bytes(blob)
+    meta = json.loads(json_path.read_text())
+    meta["tensors"].update(bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest())
+    meta["checksum"] = ckpt.content_checksum(meta)
+    json_path.write_text(json.dumps(meta))
+
+
+TENSOR_DAMAGE = {
+    "optimizer moment of another shape": lambda t: t.update(
+        {"optimizer.0.exp_avg": torch.zeros(3, 3)}
+    ),
+    "optimizer state of no parameter": lambda t: t.update({"optimizer.9.exp_avg": torch.zeros(2)}),
+    "torch RNG state too short": lambda t: t.update({"rng.torch": t["rng.torch"][:100]}),
+    "torch RNG state missing": lambda t: t.pop("rng.torch"),
+    "numpy RNG key too short": lambda t: t.update({"rng.numpy": t["rng.numpy"][:5]}),
+    "an unknown tensor": lambda t: t.update({"notes": torch.zeros(1)}),
+}
+
+
+@pytest.mark.parametrize("damage", list(TENSOR_DAMAGE), ids=list(TENSOR_DAMAGE))
+def test_wrong_tensor_content_is_refused_with_nothing_loaded(tmp_path, damage):
+    model, optimizer, scheduler = _trained()
+    json_path = _save(tmp_path, 1, model, optimizer, scheduler)
+    _rewrite_tensors(json_path, TENSOR_DAMAGE[damage])
+    fresh, fresh_opt, fresh_sched = _trained(seed=1, steps=2)
+    before = _state(fresh, fresh_opt, fresh_sched)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(json_path, ARCH).restore(fresh, fresh_opt, fresh_sched, rng=True)
+    message = str(info.value)
+    assert message.split(": ")[0] in (str(json_path), str(json_path.with_suffix(".safetensors")))
+    assert "\n" not in message
+    _assert_same_state(before, _state(fresh, fresh_opt, fresh_sched))
