@@ -3,68 +3,20 @@ itself — its own ``Seq2SeqOutput.weights`` and a float64 softmax(QKᵀ/√d) r
 Transformer attention module's projections and the inputs it received."""
 
 import json
-import math
 from html.parser import HTMLParser
 
 import numpy as np
 import pytest
 import torch
 
-import attnkit.train
+import attnkit.run
 from attnkit.checkpoint import CheckpointError
-from attnkit.config import validate
 from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.interpret.explain import explain_run, slug
-from attnkit.mechanisms.multi_head import MultiHeadAttention
 from attnkit.run import Run
-from attnkit.train import train
 
 SENTENCE = "I love you, Zorblax."  # "zorblax" is in no vocabulary: an unknown word
-MODELS = {
-    "bahdanau": {"kind": "rnn", "style": "bahdanau", "embed_dim": 16, "hidden_dim": 16},
-    "luong": {"kind": "rnn", "style": "luong", "embed_dim": 16, "hidden_dim": 16},
-    "transformer": {
-        "kind": "transformer",
-        "d_model": 16,
-        "nhead": 2,
-        "num_layers": 2,
-        "dim_feedforward": 32,
-        "max_length": 16,
-    },
-}
 BOS, EOS = 2, 3
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """One tiny trained run per model kind: ``{kind: run directory}``."""
-    loaded = {}
-    original = attnkit.train.load_examples
-
-    def load_once(config):  # the three runs read the same 200 pairs: tokenise them once
-        key = config.data.model_dump_json()
-        if key not in loaded:
-            loaded[key] = original(config)
-        return loaded[key]
-
-    directories = {}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attnkit.train, "load_examples", load_once)
-        for kind, model in MODELS.items():
-            raw = {
-                "name": f"tiny-{kind}",
-                "seed": 0,
-                "data": {"corpus": "tatoeba", "max_length": 6, "max_pairs": 200},
-                "model": model,
-                "train": {"steps": 4, "batch_size": 16},
-                "decode": {"max_length": 6, "max_eval_sentences": 4},
-            }
-            directory = tmp_path_factory.mktemp(kind) / "run"
-            # stop_after=3 < steps: a checkpoint at step 3 without the final evaluation and
-            # report, which explain does not need (and which would triple the fixture's time)
-            train(validate(raw), run_dir=directory, stop_after=3, quiet=True, log=lambda s: None)
-            directories[kind] = directory
-    return directories
 
 
 class _Page(HTMLParser):
@@ -126,24 +78,6 @@ def model_pass(run_dir, sentence, beam_size=1):
     return run, model, tokens, ids, hypothesis.tokens, source, lengths, target_in
 
 
-def softmax_attention_reference(mha, query, key, causal):
-    """float64 ``softmax(Q Kᵀ / √d_head)`` per head from the module's input projections
-    (Vaswani et al. 2017, eq. 1; torch's packed in_proj layout)."""
-    w = mha.in_proj_weight.detach().double()
-    b = mha.in_proj_bias.detach().double()
-    d = w.shape[1]
-    heads = mha.num_heads
-    q = query.double() @ w[:d].T + b[:d]  # [1, M, d]
-    k = key.double() @ w[d : 2 * d].T + b[d : 2 * d]  # [1, N, d]
-    q = q.unflatten(-1, (heads, -1)).transpose(1, 2)  # [1, H, M, d_head]
-    k = k.unflatten(-1, (heads, -1)).transpose(1, 2)
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        m, n = scores.shape[-2:]
-        scores = scores.masked_fill(torch.ones(m, n).triu(1).bool(), float("-inf"))
-    return scores.softmax(-1)[0]  # [H, M, N]
-
-
 def expected_source_labels(vocab, tokens):
     return [t if t in vocab else f"{t}(unk)" for t in tokens]
 
@@ -152,7 +86,7 @@ def by_name(data):
     return {m["name"]: m for m in data["maps"]}
 
 
-@pytest.mark.parametrize("kind", list(MODELS))
+@pytest.mark.parametrize("kind", ["bahdanau", "luong", "transformer"])  # conftest.MODELS
 def test_page_is_one_self_contained_document(runs, kind):
     path = explain_run(runs[kind], SENTENCE)
     assert path == runs[kind] / "explain-i-love-you-zorblax.html"
@@ -195,28 +129,14 @@ def test_recurrent_page_shows_the_models_alignment(runs, kind):
     assert "step 3" in page.notes and "zorblax(unk)" in page.notes
 
 
-def test_transformer_page_shows_every_layer_and_head(runs):
+def test_transformer_page_shows_every_layer_and_head(runs, attention_reference):
     run, model, tokens, ids, emitted, source, lengths, target_in = model_pass(
         runs["transformer"], SENTENCE
     )
-    # the inputs each attention module receives, to recompute its weights independently
-    inputs = {}
-
-    def keep_inputs(name):
-        def hook(module, args):
-            inputs[name] = (args[0], args[1])  # query, key
-
-        return hook
-
-    hooks = [
-        module.register_forward_pre_hook(keep_inputs(name))
-        for name, module in model.named_modules()
-        if isinstance(module, MultiHeadAttention)
-    ]
     with torch.no_grad():
         out = model(source, lengths, target_in)
-    for hook in hooks:
-        hook.remove()
+    # every module's weights recomputed in float64 from its projections and inputs
+    reference = attention_reference(runs["transformer"], SENTENCE)
     _, data = parse(explain_run(runs["transformer"], SENTENCE))
     maps = by_name(data)
 
@@ -231,22 +151,11 @@ def test_transformer_page_shows_every_layer_and_head(runs):
         "encoder self-attention": ((2, 2, s, s), source_labels, source_labels),
         "decoder self-attention": ((2, 2, t, t), ["<bos>", *words], ["<bos>", *words]),
     }  # fmt: skip
-    modules = {
-        "cross-attention": "transformer.decoder.layers.{}.multihead_attn",
-        "encoder self-attention": "transformer.encoder.layers.{}.self_attn",
-        "decoder self-attention": "transformer.decoder.layers.{}.self_attn",
-    }
     for name, (shape, rows, columns) in expected.items():
         weights = np.array(maps[name]["weights"])
         assert weights.shape == shape, name
         assert maps[name]["rows"] == rows and maps[name]["columns"] == columns, name
-        for layer in range(2):
-            module_name = modules[name].format(layer)
-            query, key = inputs[module_name]
-            reference = softmax_attention_reference(
-                model.get_submodule(module_name), query, key, name == "decoder self-attention"
-            )
-            np.testing.assert_allclose(weights[layer], reference.numpy(), rtol=0, atol=1e-5)
+        np.testing.assert_allclose(weights, reference[name], rtol=0, atol=1e-5, err_msg=name)
 
     # the model's own weights: the last layer's cross-attention averaged over heads
     cross = np.array(maps["cross-attention"]["weights"])

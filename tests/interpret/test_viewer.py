@@ -1,10 +1,10 @@
 """The HTML attention viewer: embedded data, escaping, validation, atomic writes, and the page
-itself driven in headless Chromium (system ``chromium`` + ``chromedriver``; skipped without them).
+itself driven in headless Chromium (system ``chromium`` + ``chromedriver``; skipped without them)
+— a synthetic page, and the pages ``attnkit explain`` writes for trained RNN and Transformer runs.
 """
 
 import json
 import os
-import shutil
 from html.parser import HTMLParser
 
 import numpy as np
@@ -187,33 +187,8 @@ def test_write_viewer_replaces_atomically_and_leaves_old_page_on_error(tmp_path)
 # --- the page in a real browser -------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser():
-    """Headless system Chromium through its own chromedriver (Selenium Manager never runs)."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-    from selenium.webdriver.chrome.service import Service
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if chromium is None or chromedriver is None:
-        pytest.skip(
-            "browser test needs the Debian packages chromium and chromium-driver "
-            f"(chromium: {chromium}, chromedriver: {chromedriver}); `make test` installs them"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # containers run as root, where Chromium's sandbox cannot start
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1000,800",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
-    yield driver
-    driver.quit()
+# The ``browser`` fixture (headless system Chromium, skipped with its reason without it) and the
+# tiny trained ``runs`` are in conftest.py.
 
 
 def test_page_renders_and_reacts_in_headless_chromium(browser, tmp_path):
@@ -290,3 +265,102 @@ def test_page_renders_and_reacts_in_headless_chromium(browser, tmp_path):
     assert any(
         "probe" in e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"
     )
+
+
+# --- the pages `attnkit explain` writes, in the same browser --------------------------------
+
+EXPLAINED = "I love you, Zorblax."  # "zorblax" is in no vocabulary: shown as "zorblax(unk)"
+
+
+def cells_shown(browser) -> np.ndarray:
+    """The heatmap's values as the page holds them (``data-value``), read in one script call."""
+    cells = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#heatmap td.cell')).map(function (td) {"
+        "  return [Number(td.dataset.row), Number(td.dataset.col), td.dataset.value]; });"
+    )
+    rows, columns = max(c[0] for c in cells) + 1, max(c[1] for c in cells) + 1
+    assert len(cells) == rows * columns
+    grid = np.full((rows, columns), np.nan)
+    for i, j, value in cells:
+        grid[i, j] = float(value)
+    return grid
+
+
+@pytest.mark.parametrize("kind", ["bahdanau", "transformer"])
+def test_explain_page_renders_and_reacts_in_headless_chromium(
+    browser, runs, attention_reference, kind, tmp_path, capsys
+):
+    """The page of ``attnkit explain RUN_DIR --input ...`` for a tiny trained run: every map,
+    layer and head the selectors offer shows the model's attention (recomputed without
+    attnkit.interpret, float64), hovering reads one weight out, and Chromium logs no error."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    from attnkit.cli import main
+
+    page = tmp_path / f"explain-{kind}.html"
+    command = ["explain", str(runs[kind]), "--input", EXPLAINED, "--output", str(page)]
+    assert main(command) == 0
+    assert capsys.readouterr().out == f"attention viewer: {page}\n"
+    reference = attention_reference(runs[kind], EXPLAINED)
+
+    browser.get_log("browser")  # drop what earlier pages logged
+    browser.get(page.as_uri())
+    assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true"
+    map_select = Select(browser.find_element(By.ID, "map-select"))
+    layer_select = Select(browser.find_element(By.ID, "layer-select"))
+    head_select = Select(browser.find_element(By.ID, "head-select"))
+    assert [option.text for option in map_select.options] == list(reference)
+
+    for index, (name, weights) in enumerate(reference.items()):
+        map_select.select_by_value(str(index))
+        layers, heads = weights.shape[:2]
+        assert [o.get_attribute("value") for o in layer_select.options] == [
+            str(layer) for layer in range(layers)
+        ]
+        assert [o.get_attribute("value") for o in head_select.options] == [
+            "mean",
+            *(str(head) for head in range(heads)),
+        ]
+        assert browser.find_element(By.ID, "layer-select").is_enabled() == (layers > 1)
+        assert browser.find_element(By.ID, "head-select").is_enabled()
+        for layer in range(layers):
+            if layers > 1:  # one layer: the selector is disabled and stays at layer 0
+                layer_select.select_by_value(str(layer))
+            for head in ["mean", *range(heads)]:
+                head_select.select_by_value(str(head))
+                expected = weights[layer].mean(0) if head == "mean" else weights[layer, head]
+                np.testing.assert_allclose(
+                    cells_shown(browser), expected, rtol=0, atol=1e-5, err_msg=f"{name}/{layer}"
+                )
+
+    # hover the unknown source word in the last target row of the cross-attention
+    map_select.select_by_value("0")
+    cross = reference["cross-attention"]
+    layer, head = cross.shape[0] - 1, cross.shape[1] - 1
+    if cross.shape[0] > 1:
+        layer_select.select_by_value(str(layer))
+    head_select.select_by_value(str(head))
+    columns = [
+        th.get_attribute("textContent")
+        for th in browser.find_elements(By.CSS_SELECTOR, "#heatmap thead th[data-col]")
+    ]
+    assert columns[0] == "i" and "zorblax(unk)" in columns  # tiny vocabulary: more are unknown
+    row, column = cross.shape[2] - 1, columns.index("zorblax(unk)")
+    cell = browser.find_element(By.CSS_SELECTOR, f'td.cell[data-row="{row}"][data-col="{column}"]')
+    ActionChains(browser).move_to_element(cell).perform()
+    readout = browser.find_element(By.ID, "readout").text
+    assert readout.startswith(f"row {row} ") and "column" in readout
+    assert "\u201czorblax(unk)\u201d" in readout and f"(layer {layer}, head {head})" in readout
+    value = float(readout.split(": ")[-1].split(" (")[0])
+    assert value == float(cell.get_attribute("data-value"))
+    assert value == pytest.approx(cross[layer, head, row, column], abs=1e-5)
+
+    screenshot = tmp_path / f"explain-{kind}.png"
+    assert browser.save_screenshot(str(screenshot))
+    assert screenshot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    import matplotlib.image
+
+    assert matplotlib.image.imread(screenshot).std() > 0.01  # drawn, not a blank page
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
