@@ -46,3 +46,20 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None) ->
         a = torch.where(allowed, a, torch.zeros_like(a))
     den = a.sum(-1, keepdim=True)
     return torch.where(den > 0, (a @ v) / torch.where(den > 0, den, 1), 0)
+
+
+def favor_attention(
+    q: Tensor, k: Tensor, v: Tensor, omega: Tensor, allowed: Tensor | None, scale: float
+) -> Tensor:
+    """FAVOR+ (Choromanski et al. 2021, Lemma 1 and eq. 7), written out: with ``x = scale^(1/2) q``
+    and ``y = scale^(1/2) k``, ``φ(x) = exp(ω x - |x|²/2) / sqrt(m)`` and
+    ``out_i = Σ_j φ(x_i)·φ(y_j) v_j / Σ_j φ(x_i)·φ(y_j)`` over the admissible keys ``j``."""
+
+    def phi(x: Tensor) -> Tensor:
+        return torch.exp(x @ omega.T - (x * x).sum(-1, keepdim=True) / 2) / omega.shape[0] ** 0.5
+
+    a = phi(q * scale**0.5) @ phi(k * scale**0.5).transpose(-1, -2)  # [..., M, N] kernel
+    if allowed is not None:
+        a = torch.where(allowed, a, torch.zeros_like(a))
+    den = a.sum(-1, keepdim=True)
+    return torch.where(den > 0, (a @ v) / torch.where(den > 0, den, 1), 0)

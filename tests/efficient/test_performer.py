@@ -3,13 +3,20 @@ the number of random features grows; causal variant; feature redraw."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import efficient_formulas as ref
 import pytest
 import torch
 
-from attnkit.efficient import PerformerAttention, orthogonal_gaussian, performer_attention
+import attnkit as ak
+from attnkit.efficient import (
+    PerformerAttention,
+    orthogonal_gaussian,
+    performer_attention,
+    redraw_performer_features,
+)
 
 
 def _mean_squared_error(features: int, causal: bool) -> float:
@@ -91,3 +98,68 @@ def test_a_masked_key_is_as_if_absent() -> None:
     masked = performer_attention(q, k_big, v, projection=omega, mask=keep).context
     absent = performer_attention(q, k[:, :, :-1], v[:, :, :-1], projection=omega).context
     assert (masked - absent).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_equals_favor_formula_with_the_same_features(causal: bool) -> None:
+    """The chunked, stabilised computation equals FAVOR+ written out in float64 (same ω), with
+    key padding: its error is at most 2x that of the same formula run naively in float32."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 50, 8, generator=g) for _ in range(3))
+    keep = torch.rand(2, 1, 1, 50, generator=g) < 0.8
+    omega = orthogonal_gaussian(40, 8, generator=g)
+    out = performer_attention(q, k, v, projection=omega, causal=causal, mask=keep, chunk=16)
+    allowed = keep & ref.causal(50, 50) if causal else keep
+    args = (allowed, 1 / math.sqrt(8))
+    exact = ref.favor_attention(q.double(), k.double(), v.double(), omega.double(), *args)
+    naive = ref.favor_attention(q, k, v, omega, *args)
+    floor = 1e-6
+    error = (out.context.double() - exact).abs().max().item()
+    assert error <= 2 * (naive.double() - exact).abs().max().item() + floor
+
+
+def _heads(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, heads: int) -> torch.Tensor:
+    """``x [B, L, E]`` projected and split into heads: ``[B, H, L, E/H]`` (float64)."""
+    y = x.double() @ weight.double().T + bias.double()
+    return y.view(*x.shape[:2], heads, -1).transpose(1, 2)
+
+
+def test_multi_head_performer_owns_and_redraws_its_features() -> None:
+    """``MultiHeadAttention(attention="performer")`` runs FAVOR+ with features of its own (saved in
+    its state_dict); redrawing them changes the features and the output; with every draw the
+    output is FAVOR+ with that draw, and close to exact attention (unit-variance heads:
+    MSE <= 0.1, the bound the issue sets for L = 128, d = 16, 256 features)."""
+    torch.manual_seed(0)
+    exact = ak.MultiHeadAttention(64, 4, batch_first=True)
+    fast = ak.MultiHeadAttention(64, 4, batch_first=True, attention="performer")
+    fast.load_state_dict(exact.state_dict(), strict=False)  # same weights, its own features
+    torch.manual_seed(1)
+    other = ak.MultiHeadAttention(64, 4, batch_first=True, attention="performer")
+    features = fast.state_dict()["_attend.projection"]
+    assert features.shape == (256, 16)
+    assert not torch.equal(features, other.state_dict()["_attend.projection"])
+
+    # xavier init gives each projected entry variance E·x_var·2/(E + 3E); x_var = 2: unit heads
+    x = 2**0.5 * torch.randn(2, 128, 64, generator=torch.Generator().manual_seed(2))
+    expected, _ = exact(x, x, x, need_weights=False)
+    w, b = fast.in_proj_weight.detach(), fast.in_proj_bias.detach()
+    q, k, v = (_heads(x, w[i * 64 : (i + 1) * 64], b[i * 64 : (i + 1) * 64], 4) for i in range(3))
+    seen = []
+    for draw in range(3):
+        out, _ = fast(x, x, x)
+        omega = fast.state_dict()["_attend.projection"].double()
+        heads = ref.favor_attention(q, k, v, omega, None, 1 / 4)  # [B, H, L, 16]
+        merged = heads.transpose(1, 2).reshape(2, 128, 64)
+        formula = merged @ fast.out_proj.weight.double().T + fast.out_proj.bias.double()
+        assert (out.double() - formula).abs().max().item() <= 1e-4
+        assert ((out - expected) ** 2).mean().item() <= 0.1
+        seen.append((omega, out.detach()))
+        assert redraw_performer_features(fast, torch.Generator().manual_seed(draw)) == 1
+    for (omega_a, out_a), (omega_b, out_b) in itertools.pairwise(seen):
+        assert not torch.equal(omega_a, omega_b)
+        assert (out_a - out_b).abs().max().item() > 1e-3
+
+
+def test_redraw_needs_a_module() -> None:
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module, got Tensor"):
+        redraw_performer_features(torch.randn(3))

@@ -3,7 +3,7 @@ Linformer, Nyström, LSH (Reformer), and Synthesizer.
 
 Every kind takes attnkit's call conventions (``q [B, H, M, d]``, ``k``/``v [B, H_kv, N, ·]`` or
 3-D; bool masks with True = may attend; bottom-right ``causal``) and returns an
-:class:`attnkit.AttentionOutput`. Importing this package registers the parameter-free kinds with
+:class:`attnkit.AttentionOutput`. Importing this package registers the kinds with
 :class:`attnkit.MultiHeadAttention` (``attention="linear"``, ...); see ``registry.py`` and
 docs/efficient.md.
 """
@@ -23,6 +23,7 @@ from attnkit.efficient.performer import (
     PerformerAttention,
     orthogonal_gaussian,
     performer_attention,
+    redraw_performer_features,
 )
 from attnkit.efficient.registry import (
     EFFICIENT_KINDS,
@@ -57,6 +58,7 @@ __all__ = [
     "nystrom_attention",
     "orthogonal_gaussian",
     "performer_attention",
+    "redraw_performer_features",
     "register_efficient_kinds",
     "sliding_window_attention",
 ]

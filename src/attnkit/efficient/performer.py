@@ -19,6 +19,9 @@ bounds their exponent.
 Feature redraw (§4.2 of the paper, "redrawing features"): :class:`PerformerAttention` keeps its
 projection ``ω [m, d]`` as a buffer, redrawn by :meth:`~PerformerAttention.redraw_features` when the
 training loop asks (and every ``redraw_interval`` training calls if given).
+``ak.MultiHeadAttention(attention="performer")`` builds its own :class:`PerformerAttention` (the
+features are saved in its ``state_dict``); :func:`redraw_performer_features` redraws those of
+every Performer inside a model, e.g. every few hundred training steps.
 """
 
 from __future__ import annotations
@@ -210,3 +213,25 @@ class PerformerAttention(nn.Module):
             f"head_dim={self.head_dim}, num_features={self.num_features}, "
             f"redraw_interval={self.redraw_interval}"
         )
+
+
+def redraw_performer_features(model: nn.Module, generator: torch.Generator | None = None) -> int:
+    """Redraw the random features of every :class:`PerformerAttention` inside ``model`` (for
+    instance each ``ak.MultiHeadAttention(attention="performer")`` of a Transformer), as the
+    paper's training redraws them; returns how many modules were redrawn.
+
+    Example::
+
+        >>> import attnkit as ak
+        >>> mha = ak.MultiHeadAttention(32, 4, batch_first=True, attention="performer")
+        >>> redraw_performer_features(mha)
+        1
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    redrawn = 0
+    for module in model.modules():
+        if isinstance(module, PerformerAttention):
+            module.redraw_features(generator)
+            redrawn += 1
+    return redrawn

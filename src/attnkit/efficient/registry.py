@@ -6,9 +6,10 @@ mask, causal, dropout, return_weights``), so it needs fixed hyperparameters: the
 use the defaults below. For other settings, call the function or module directly
 (``ak.efficient.sliding_window_attention(q, k, v, window=512)``).
 
-Kinds with learned parameters (Linformer's projections, Synthesizer's MLP or matrix) cannot be a
-plain function shared by every module; they are listed in :data:`MODULE_KINDS` (constructors
-taking the head sizes) for a ``MultiHeadAttention`` that builds one per instance.
+Kinds with state of their own (Linformer's projections, Synthesizer's MLP or matrix, Performer's
+random features, which each instance draws and may redraw) cannot be a plain function shared by
+every module; they are listed in :data:`MODULE_KINDS` (constructors taking the head sizes) for a
+``MultiHeadAttention`` that builds one per instance.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
 from attnkit.core.call import AttentionOutput
 from attnkit.efficient import (
@@ -37,7 +37,7 @@ from attnkit.efficient.linformer import LinformerAttention
 from attnkit.efficient.longformer import longformer_attention
 from attnkit.efficient.lsh import lsh_kind
 from attnkit.efficient.nystrom import nystrom_attention
-from attnkit.efficient.performer import orthogonal_gaussian, performer_attention
+from attnkit.efficient.performer import PerformerAttention
 from attnkit.efficient.sliding_window import sliding_window_attention
 from attnkit.efficient.synthesizer import SynthesizerAttention
 
@@ -50,28 +50,11 @@ DEFAULT_BUCKET_SIZE = 64
 DEFAULT_MAX_LENGTH = 4096
 DEFAULT_PROJECTED_LENGTH = 256
 
-_FEATURES: dict[tuple[int, str, torch.dtype], Tensor] = {}
-
-
-def performer_kind(q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
-    """:func:`performer_attention` with ``DEFAULT_FEATURES`` orthogonal random features drawn once
-    per head size from seed 0 (fixed, so a module's outputs do not change between calls; use
-    :class:`~attnkit.efficient.performer.PerformerAttention` to redraw them)."""
-    key = (q.shape[-1], str(q.device), q.dtype)
-    if key not in _FEATURES:
-        generator = torch.Generator().manual_seed(0)
-        _FEATURES[key] = orthogonal_gaussian(
-            DEFAULT_FEATURES, q.shape[-1], generator=generator, device=q.device, dtype=q.dtype
-        )
-    return performer_attention(q, k, v, projection=_FEATURES[key], **options)  # type: ignore[arg-type]
-
-
 #: parameter-free kinds: name → function with the attention-kind signature
 EFFICIENT_KINDS: dict[str, Callable[..., AttentionOutput]] = {
     "sliding_window": partial(sliding_window_attention, window=DEFAULT_WINDOW),
     "longformer": partial(longformer_attention, window=DEFAULT_WINDOW),
     "linear": linear_attention,
-    "performer": performer_kind,
     "nystrom": partial(nystrom_attention, landmarks=DEFAULT_LANDMARKS),
     "bigbird": partial(bigbird_attention, block=DEFAULT_BLOCK),
     "lsh": partial(lsh_kind, bucket_size=DEFAULT_BUCKET_SIZE),
@@ -82,14 +65,22 @@ def _linformer(num_heads: int, head_dim_k: int, head_dim_v: int) -> nn.Module:
     return LinformerAttention(DEFAULT_MAX_LENGTH, DEFAULT_PROJECTED_LENGTH)
 
 
+def _performer(num_heads: int, head_dim_k: int, head_dim_v: int) -> nn.Module:
+    # features drawn from torch's global RNG, so ``torch.manual_seed`` before building the model
+    # fixes them; redrawn only on request (``redraw_performer_features``), so a module's outputs
+    # do not change between calls unless the training loop asks
+    return PerformerAttention(head_dim_k, DEFAULT_FEATURES)
+
+
 def _synthesizer(kind: str, num_heads: int, head_dim_k: int, head_dim_v: int) -> nn.Module:
     return SynthesizerAttention(kind, DEFAULT_MAX_LENGTH, num_heads, head_dim_k)
 
 
-#: kinds with parameters: name → constructor ``(num_heads, head_dim_k, head_dim_v) -> module``
+#: kinds with state per instance (parameters, or Performer's random features): name → constructor ``(num_heads, head_dim_k, head_dim_v) -> module``
 #: whose ``forward`` has the attention-kind signature
 MODULE_KINDS: dict[str, Callable[[int, int, int], nn.Module]] = {
     "linformer": _linformer,
+    "performer": _performer,
     "synthesizer_dense": partial(_synthesizer, "dense"),
     "synthesizer_random": partial(_synthesizer, "random"),
 }
