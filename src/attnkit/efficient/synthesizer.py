@@ -8,7 +8,9 @@ Models", §3): attention weights *synthesized* without query-key dot products.
   (``trainable=False`` keeps it fixed: the paper's "Fixed Random").
 - Factorized (§3.3): dense: ``A = F_A(X_i) ∈ R^a``, ``B = F_B(X_i) ∈ R^b`` with ``a·b = l``, scores
   ``H_A(A) * H_B(B)`` where ``H_A`` repeats ``A`` ``b`` times and ``H_B`` tiles ``B`` ``a``
-  times; random: ``R = R_1 R_2^T`` with ``R_1, R_2 ∈ R^{l×k}`` (low rank ``k``).
+  times, so ``C_i[p·b + r] = A_p B_r`` (the flattened outer product); here ``F_A`` and ``F_B``
+  are the two output groups of one two-layer MLP (they share its hidden layer); random:
+  ``R = R_1 R_2^T`` with ``R_1, R_2 ∈ R^{l×k}`` (low rank ``k``).
 
 ``l`` is a fixed maximum length; a sequence of ``N <= l`` keys uses the first ``N`` score columns
 (and, for random, the first ``M`` rows), a longer one is refused. Scores are ``[B, H, M, N]``, so
