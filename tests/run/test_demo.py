@@ -1,0 +1,84 @@
+"""``attnkit demo`` end to end at a tiny size (``--set`` overrides of its embedded
+configuration): what it prints, what it writes, and that ``attnkit eval`` and ``attnkit
+translate`` work on its run directory (issue 6 item 1)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+
+import pytest
+
+from attnkit.cli import main
+
+PNG = b"\x89PNG\r\n\x1a\n"
+TINY = [
+    "train.steps=2",
+    "train.warmup=0",
+    "train.eval_every=2",
+    "train.checkpoint_every=null",
+    "data.max_pairs=200",
+    "model.embed_dim=8",
+    "model.hidden_dim=8",
+    "decode.max_eval_sentences=4",
+    "decode.max_length=6",
+]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo's stdout lines and its run directory."""
+    runs = tmp_path_factory.mktemp("demo") / "runs"
+    out = io.StringIO()  # capsys is per test; the demo prints through print(), to sys.stdout
+    with contextlib.redirect_stdout(out):
+        code = main(["demo", "--runs-dir", str(runs), "--quiet", *[f"--set={s}" for s in TINY]])
+    assert code == 0
+    [run_dir] = list(runs.iterdir())
+    assert run_dir.name.startswith("demo-")
+    return out.getvalue().splitlines(), run_dir
+
+
+def test_the_last_line_names_the_report(demo):
+    lines, run_dir = demo
+    assert lines[-1] == f"report: {run_dir / 'report.html'}"
+
+
+def test_report_and_heatmaps_are_written_and_the_report_is_self_contained(demo):
+    _, run_dir = demo
+    report = (run_dir / "report.html").read_text()
+    assert report.startswith("<!DOCTYPE html>") and 'src="http' not in report
+    images = sorted((run_dir / "heatmaps").glob("*.png"))
+    assert len(images) == 4 and images[0].name == "01-i-love-you.png"
+    for image in images:
+        data = image.read_bytes()
+        assert data.startswith(PNG)
+        assert base64.b64encode(data).decode() in report  # embedded, not linked
+
+
+def test_the_i_love_you_alignment_matrix_is_printed(demo):
+    lines, run_dir = demo
+    shown = json.loads((run_dir / "results.json").read_text())["showcase"][0]
+    assert shown["source"] == ["i", "love", "you", "."]
+    start = next(i for i, line in enumerate(lines) if line.startswith("I love you.  →  "))
+    assert lines[start + 1].split() == ["i", "love", "you", "."]  # columns: the source words
+    rows = lines[start + 2 : start + 2 + len(shown["target"])]
+    assert [row.split()[0] for row in rows] == shown["target"]  # rows: the target words
+    for row, weights in zip(rows, shown["weights"], strict=True):
+        printed = [float(x) for x in row.split()[1:]]
+        assert printed == [round(w, 2) for w in weights]  # the saved matrix, to 2 decimals
+        assert sum(weights) == pytest.approx(1.0, abs=1e-5)  # a distribution over the source
+    assert lines[start + 2 + len(shown["target"])] == ""  # the matrix ends there
+
+
+def test_eval_and_translate_work_on_the_demo_run(demo, capsys):
+    _, run_dir = demo
+    assert main(["eval", str(run_dir), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert f"{run_dir.name} step 2, test split, 4 sentences" in out
+    assert json.loads((run_dir / "eval-test.json").read_text())["step"] == 2
+    assert main(["translate", str(run_dir), "I love you."]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = [w.removesuffix("(unk)") for w in lines[1].split()]  # tiny vocabulary: unknowns
+    assert header == ["i", "love", "you", "."] and lines[-1].startswith("<eos>")
