@@ -4,16 +4,20 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import efficient_formulas as ref
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 import attnkit as ak
 from attnkit.efficient import (
     bigbird_attention,
     bigbird_blocks,
     longformer_attention,
+    lsh_attention,
     sliding_window_attention,
 )
 
@@ -144,13 +148,60 @@ def test_bigbird_pattern_has_window_global_and_random_blocks() -> None:
     assert all(j <= i for i in range(16) for j in causal[i].tolist())
 
 
-def test_banded_memory_is_not_quadratic() -> None:
-    """The largest intermediate of a long sliding window is O(n·w), not n²: run n = 2^15 with a
-    small window in a few hundred MB (a dense n² mask alone would be 1 GiB of bool)."""
-    n = 1 << 15
-    q = torch.randn(1, 1, n, 4)
-    out = sliding_window_attention(q, q, q, window=4, causal=True).context
-    assert out.shape == (1, 1, n, 4) and torch.isfinite(out).all()
+class _LargestIntermediate(TorchDispatchMode):
+    """Records the largest storage (in elements) of any tensor an aten op returns, forward and
+    backward: what was allocated, so a broadcast view (``expand``, stride 0) of a small tensor
+    counts as small and a materialised ``[L, L]`` matrix as ``L·L``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest: tuple[int, str] = (0, "")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            stored = t.untyped_storage().nbytes() // t.element_size()
+            if stored > self.largest[0]:
+                self.largest = (stored, f"{func}: {tuple(t.shape)}")
+        return out
+
+
+_BANDED = {
+    "sliding_window": partial(sliding_window_attention, window=16),
+    "longformer": partial(longformer_attention, window=16, global_tokens=torch.tensor([0, 700])),
+    "bigbird": partial(bigbird_attention, block=16),
+    # not banded, but its chunks are: [S/c, c, 2c] scores per round (c = 16)
+    "lsh": lambda q, k, v, **kw: lsh_attention(q, q, v, bucket_size=16, n_rounds=2, **kw),
+}
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("name", list(_BANDED))
+def test_no_intermediate_is_quadratic(name: str, causal: bool) -> None:
+    """At L = 1024 with bands of about 16-100 keys, no tensor formed in the forward or backward
+    pass (key padding mask included) has L·L/8 elements: a dense ``[L, L]`` score matrix or mask
+    anywhere would be caught, whatever its dtype (deterministic, not a timing or memory probe)."""
+    n = 1024
+    q, k, v = (t.requires_grad_() for t in _inputs(1, 1, n, n, d=8, dv=8))
+    keep = torch.ones(1, 1, 1, n, dtype=torch.bool)
+    keep[..., -100:] = False
+    probe = _LargestIntermediate()
+    with probe:
+        out = _BANDED[name](q, k, v, causal=causal, mask=keep).context
+        out.sum().backward()
+    assert torch.isfinite(q.grad).all()
+    assert probe.largest[0] < n * n // 8, probe.largest
+
+
+def test_the_probe_sees_a_dense_matrix() -> None:
+    """The check above can fail: dense attention at the same length trips it."""
+    q, k, v = _inputs(1, 1, 1024, 1024, d=8, dv=8)
+    probe = _LargestIntermediate()
+    with probe:
+        ak.attention(q, k, v, mask=ak.masks.sliding_window(1024, 1024, 16))
+    assert probe.largest[0] >= 1024 * 1024 // 8
 
 
 @pytest.mark.parametrize(
