@@ -30,6 +30,7 @@ def _train(args: argparse.Namespace) -> int:
         resume=args.resume,
         stop_after=args.stop_after,
         quiet=args.quiet,
+        timeout=args.timeout,
     )
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
         print(f"run directory: {run.path}")
@@ -190,6 +191,16 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number > 0), got {text!r}") from None
+    if not seconds > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text}")
+    return seconds
+
+
 def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs-dir", default="runs", help="where run directories go (default runs)"
@@ -240,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="STEP",
         help="stop after this step with a checkpoint (resume later)",
+    )
+    train.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=1800.0,
+        metavar="SECONDS",
+        help="under torchrun: how long a process waits for the others (a collective) before it "
+        "stops with an error naming the failure (default 1800)",
     )
     train.set_defaults(func=_train)
 
@@ -314,11 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from attnkit.checkpoint import CheckpointError
+    from attnkit.distributed.process_group import PeerFailureError
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except CheckpointError as error:  # an unusable run or checkpoint: one line, exit code 1
+    except (CheckpointError, PeerFailureError) as error:
+        # an unusable run or checkpoint, or a dead or silent peer under torchrun: one line, code 1
         print(f"attnkit {args.command}: error: {error}", file=sys.stderr)
         return 1
     except (ValueError, TypeError) as error:  # bad configuration or arguments: exit code 2

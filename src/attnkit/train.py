@@ -32,7 +32,7 @@ from attnkit.config import RunConfig, architecture, differing_keys
 from attnkit.data.batching import Batch, Batches, encode
 from attnkit.data.corpus import Example
 from attnkit.data.tokenize import tokenize
-from attnkit.data_parallel import DataParallel
+from attnkit.data_parallel import DEFAULT_TIMEOUT, DataParallel
 from attnkit.evaluate.supervised import supervised_attention_loss
 from attnkit.evaluate.translation import corpus_loss, evaluate_run, translate
 from attnkit.run import (
@@ -148,16 +148,24 @@ def train(
     stop_after: int | None = None,
     quiet: bool = False,
     log: Log = print,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> Run:
     """Train ``config`` in a new run directory (or continue the run ``resume`` bit-exactly).
 
     ``stop_after=k`` ends after step ``k`` with a checkpoint, as an interruption would (resume
     later). Returns the run; its final evaluation is in ``results.json`` once all steps ran.
     Under ``torchrun`` every process trains its share of each batch (see
-    :mod:`attnkit.data_parallel`); rank 0 writes the run."""
-    parallel = DataParallel.from_environment()
+    :mod:`attnkit.data_parallel`); rank 0 writes the run. ``timeout`` (seconds) bounds every
+    wait for the other processes: a failed one raises
+    :class:`~attnkit.distributed.PeerFailureError`."""
+    parallel = DataParallel.from_environment(timeout)
     try:
         return _train(config, parallel, runs_dir, run_dir, resume, stop_after, quiet, log)
+    except Exception as error:
+        failure = parallel.peer_failure(error)
+        if failure is None:
+            raise
+        raise failure from error
     finally:
         parallel.close()
 
@@ -277,7 +285,7 @@ def _train(
         run = Run.open(parallel.share_text(path))  # the others wait for rank 0's directory
     epoch_size = job.prepare(run, parallel, log)
 
-    model = run.new_model()
+    model = run.new_model().to(parallel.device)  # cuda:LOCAL_RANK under NCCL, else the CPU
     # fused: one kernel per step instead of ~10 passes over every parameter (6x faster on CPU)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate_factor(config))
@@ -308,7 +316,8 @@ def _train(
     with contextlib.ExitStack() as stack:
         metrics = stack.enter_context(run.metrics.open("a", encoding="utf-8")) if main else None
         while step < last:
-            loss, parts = job.loss(trained, job.batch(step, parallel), parallel)
+            parallel.stage = f"step {step + 1} of {t.steps}"
+            loss, parts = job.loss(trained, parallel.place(job.batch(step, parallel)), parallel)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.clip_norm is not None:
@@ -336,7 +345,7 @@ def _train(
             if t.eval_every and (step % t.eval_every == 0 or step == t.steps):
                 model.eval()
                 with torch.no_grad():
-                    valid = job.valid(model)
+                    valid = job.valid(parallel.on_cpu(model))
                 model.train()
                 metrics.write(json.dumps({"step": step, "split": "valid", **valid}) + "\n")
                 if quiet:
@@ -357,7 +366,7 @@ def _train(
                 )
     progress.close()
     if step == t.steps and main:
-        job.finish(run, model.eval(), log, quiet)
+        job.finish(run, parallel.on_cpu(model).eval(), log, quiet)
     return run
 
 

@@ -5,7 +5,8 @@
 - :class:`ContextParallelEncoderLayer` — a Transformer layer whose sequence is sharded over ranks;
 - :func:`shard_sequence`, :func:`unshard_sequence`, :func:`gather_sequence`,
   :func:`local_positions` — how positions are laid out over ranks;
-- :func:`init_process_group` (with a timeout), :class:`PeerFailureError`,
+- :func:`init_process_group` (with a timeout, the backend chosen by :func:`default_backend`),
+  :class:`PeerFailureError`,
   :func:`all_reduce_gradients`, :func:`launch_local` (W local processes, per-rank results).
 
 See docs/distributed.md.
@@ -23,6 +24,7 @@ from attnkit.distributed.layout import (
 from attnkit.distributed.process_group import (
     PeerFailureError,
     all_reduce_gradients,
+    default_backend,
     free_port,
     init_process_group,
 )
@@ -33,6 +35,7 @@ __all__ = [
     "PeerFailureError",
     "RankResult",
     "all_reduce_gradients",
+    "default_backend",
     "free_port",
     "gather_sequence",
     "init_process_group",

@@ -47,6 +47,16 @@ def _as_timedelta(timeout: float | datetime.timedelta) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
+def default_backend(cuda_available: bool | None = None) -> str:
+    """The process-group backend for this machine: ``"nccl"`` when CUDA is available (NCCL moves
+    GPU tensors directly between GPUs), else ``"gloo"`` (CPU tensors).
+
+    ``cuda_available``: ``None`` asks ``torch.cuda.is_available()``."""
+    if cuda_available is None:
+        cuda_available = torch.cuda.is_available()
+    return "nccl" if cuda_available else "gloo"
+
+
 def init_process_group(
     backend: str | None = None,
     *,
@@ -79,7 +89,7 @@ def init_process_group(
         )
     delta = _as_timedelta(timeout)
     if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = default_backend()
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo', 'nccl' or None, got {backend!r}")
     options: dict[str, object] = {"backend": backend, "timeout": delta}
