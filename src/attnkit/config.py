@@ -91,6 +91,23 @@ class DataConfig(_Section):
         return self
 
 
+def known_attention_kinds() -> list[str]:
+    """The attention kinds ``ak.MultiHeadAttention(attention=...)`` runs: ``exact`` and every
+    registered kind (the efficient ones of ``attnkit.efficient``)."""
+    import attnkit.efficient  # noqa: F401  (registers the efficient kinds)
+    from attnkit.mechanisms.multi_head import ATTENTION_FACTORIES, ATTENTION_KINDS
+
+    return [*ATTENTION_KINDS, *ATTENTION_FACTORIES]
+
+
+def _check_attention_kind(key: str, kind: str) -> None:
+    known = known_attention_kinds()
+    if kind not in known:
+        raise ValueError(
+            f"{key}: unknown attention kind {kind!r}; expected one of {', '.join(known)}"
+        )
+
+
 class RNNModelConfig(_Section):
     """RNN encoder–decoder with attention: Bahdanau et al. (2015) or Luong et al. (2015)."""
 
@@ -126,6 +143,14 @@ class TransformerModelConfig(_Section):
     dim_feedforward: int = Field(1024, ge=1)
     dropout: float = Field(0.1, ge=0.0, lt=1.0)
     max_length: int = Field(256, ge=1)
+    attention: str = Field(
+        "exact", description="the encoder's self-attention: exact or an efficient kind"
+    )
+    decoder_attention: str = Field(
+        "exact",
+        description="the decoder's causal self-attention: exact, sliding_window, linear, "
+        "performer or synthesizer_dense (cross-attention is always exact)",
+    )
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TransformerModelConfig:
@@ -134,6 +159,18 @@ class TransformerModelConfig(_Section):
                 f"nhead: the number of heads must divide d_model; got nhead={self.nhead}, "
                 f"d_model={self.d_model}"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _attention_kinds(self) -> TransformerModelConfig:
+        from attnkit.models.transformer_seq2seq import check_decoder_attention
+
+        _check_attention_kind("attention", self.attention)
+        _check_attention_kind("decoder_attention", self.decoder_attention)
+        try:
+            check_decoder_attention(self.decoder_attention)
+        except ValueError as error:
+            raise ValueError(f"decoder_attention: {error}") from None
         return self
 
 
@@ -194,6 +231,14 @@ class ViTModelConfig(_Section):
     num_layers: int = Field(4, ge=1)
     dim_feedforward: int = Field(128, ge=1)
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    attention: str = Field(
+        "exact", description="the encoder layers' self-attention: exact or an efficient kind"
+    )
+
+    @model_validator(mode="after")
+    def _attention_kind(self) -> ViTModelConfig:
+        _check_attention_kind("attention", self.attention)
+        return self
 
     @model_validator(mode="after")
     def _heads_divide(self) -> ViTModelConfig:
@@ -427,6 +472,11 @@ ARCHITECTURE_DATA_KEYS = ("corpus", "max_length", "max_pairs", "min_freq", "max_
 def architecture(config: RunConfig) -> dict[str, Any]:
     """The keys a checkpoint's tensors depend on, flattened (``model.hidden_dim`` → 256)."""
     model = config.model.model_dump(mode="json", exclude={"dropout"})  # dropout: no tensors
+    for key in ("attention", "decoder_attention"):
+        # exact attention is what every run had before these keys existed: leaving the default
+        # out keeps the fingerprints of those runs' checkpoints
+        if model.get(key) == "exact" and config.model.kind in ("transformer", "vit"):
+            del model[key]
     flat = {f"model.{k}": v for k, v in model.items()}
     data = config.data.model_dump(mode="json")
     keys = ARCHITECTURE_DATA_KEYS if config.is_translation else (*ARCHITECTURE_DATA_KEYS, "max_examples")

@@ -8,8 +8,11 @@ import pytest
 import torch
 
 import attnkit as ak
+from attnkit.efficient import MODULE_KINDS
 from attnkit.layers.decoding import greedy
+from attnkit.layers.transformer import Transformer, kind_attention
 from attnkit.models import TransformerSeq2Seq
+from attnkit.models.transformer_seq2seq import DECODER_KINDS, NOT_DECODER_KINDS
 
 BOS, EOS = 2, 3
 SOURCE = torch.tensor([[4, 7, 5, 9, 6, 8], [5, 6, 0, 0, 0, 0], [9, 9, 4, 0, 0, 0]])
@@ -116,3 +119,95 @@ def test_bad_input() -> None:
         model(torch.full((1, 17), 4), torch.tensor([17]), TARGET_IN[:1])
     with pytest.raises(ValueError, match="max_length"):
         model.translate(SOURCE, LENGTHS, max_length=16)
+
+
+# --- efficient attention kinds (attnkit.efficient) in the encoder and the decoder ----------------
+
+ENCODER_KINDS = [*ak.mechanisms.multi_head.ATTENTION_KINDS, *MODULE_KINDS]
+
+
+def test_each_kind_reaches_the_attention_it_names() -> None:
+    model = _model(attention="linear", decoder_attention="performer", dropout=0.3)
+    encoder, decoder = model.transformer.encoder.layers, model._decoder().layers
+    assert [layer.self_attn.attention for layer in encoder] == ["linear", "linear"]
+    assert [layer.self_attn.attention for layer in decoder] == ["performer", "performer"]
+    assert [layer.multihead_attn.attention for layer in decoder] == ["exact", "exact"]
+    # efficient kinds form no weights to drop; exact cross-attention keeps torch's dropout
+    assert encoder[0].self_attn.dropout == decoder[0].self_attn.dropout == 0.0
+    assert decoder[0].multihead_attn.dropout == 0.3 and encoder[0].dropout1.p == 0.3
+
+
+def test_a_wide_window_equals_exact_attention_and_linear_attention_does_not() -> None:
+    """With the same parameters: sliding_window (window 256 > 6 tokens) admits every key, so the
+    logits are exact attention's; linear attention (elu+1 features) changes them."""
+    exact = _model()
+    expected = exact(SOURCE, LENGTHS, TARGET_IN)
+    for kinds, equal in (
+        ({"attention": "sliding_window", "decoder_attention": "sliding_window"}, True),
+        ({"attention": "linear"}, False),
+        ({"decoder_attention": "linear"}, False),
+    ):
+        model = _model(**kinds)
+        model.load_state_dict(exact.state_dict())  # parameter-free kinds: the same tensors
+        got = model(SOURCE, LENGTHS, TARGET_IN)
+        torch.testing.assert_close(got.weights.sum(-1), torch.ones_like(got.weights[..., 0]))
+        if equal:
+            torch.testing.assert_close(got.logits, expected.logits)
+        else:
+            assert (got.logits - expected.logits).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("kind", [k for k in ENCODER_KINDS if k != "nystrom"])
+def test_an_encoder_kind_ignores_padding(kind: str) -> None:
+    """A padded sentence translates as it does alone. (Not Nyström: its landmarks are means over
+    segments of the padded sequence, so they move with the padding.)"""
+    model = _model(attention=kind)
+    batch = model(SOURCE, LENGTHS, TARGET_IN)
+    for i in range(3):
+        length = int(LENGTHS[i])
+        alone = model(SOURCE[i : i + 1, :length], LENGTHS[i : i + 1], TARGET_IN[i : i + 1])
+        torch.testing.assert_close(batch.logits[i], alone.logits[0])
+
+
+@pytest.mark.parametrize("kind", DECODER_KINDS[1:])
+def test_a_decoder_kind_decodes_with_caches_as_over_the_whole_target(kind: str) -> None:
+    model = _model(decoder_attention=kind)
+    full = model(SOURCE, LENGTHS, TARGET_IN).logits
+    memory, padding = model.encode(SOURCE, LENGTHS)
+    caches = model._decoder().new_caches(8)
+    step = model.step_function(memory, padding, incremental=True)
+    with torch.no_grad():
+        steps = [step(TARGET_IN[:, t : t + 1], caches) for t in range(TARGET_IN.shape[1])]
+    torch.testing.assert_close(torch.cat(steps, 1), full)
+    cached = model.translate(SOURCE, LENGTHS, beam_size=2, max_length=8)
+    uncached = model.translate(SOURCE, LENGTHS, beam_size=2, max_length=8, use_cache=False)
+    assert [t.tokens for t in cached] == [t.tokens for t in uncached]
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_DECODER_KINDS))
+def test_other_kinds_are_refused_for_the_decoder_because_they_cannot_serve(kind: str) -> None:
+    """The refusal names the kind and why; and the reason is real: a decoder built with the kind
+    anyway fails, or decodes one token at a time differently from the whole target."""
+    with pytest.raises(ValueError, match=f"decoder's self-attention cannot be '{kind}'"):
+        TransformerSeq2Seq(11, 9, decoder_attention=kind)
+    torch.manual_seed(0)
+    transformer = Transformer(16, 2, 1, 1, 32, 0.0, batch_first=True,
+                              decoder_attention=kind_attention(kind, 16, 2)).eval()  # fmt: skip
+    if kind == "synthesizer_random":  # its learned rows start near zero: make them count
+        with torch.no_grad():
+            transformer.decoder.layers[0].self_attn._attend.r.normal_(0.0, 3.0)
+    memory, target = torch.randn(2, 5, 16), torch.randn(2, 6, 16)
+    try:
+        with torch.no_grad():
+            full = transformer.decode(target, memory, tgt_is_causal=True)
+            caches = transformer.decoder.new_caches(8)
+            steps = [transformer.decode(target[:, t : t + 1], memory, caches=caches)
+                     for t in range(6)]  # fmt: skip
+    except ValueError:
+        return
+    assert (torch.cat(steps, 1) - full).abs().max() > 1e-3
+
+
+def test_an_unknown_kind_is_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown attention kind 'fast'; expected one of: 'exact'"):
+        TransformerSeq2Seq(11, 9, attention="fast")

@@ -168,3 +168,77 @@ def test_fit_standardises_with_the_training_pixels():
     )
     with pytest.raises(ValueError, match="mean"):
         task.restore({"mean": 0.1})
+
+
+def _vit_task(attention: str) -> FashionMNIST:
+    config = validate(
+        {
+            "name": "t",
+            "data": {"corpus": "fashion_mnist"},
+            "model": {"kind": "vit", "patch_size": 7, "d_model": 16, "nhead": 4,
+                      "num_layers": 2, "dim_feedforward": 24, "attention": attention},
+            "train": {"steps": 1},
+        }
+    )  # fmt: skip
+    task = FashionMNIST(config)
+    task.restore({"mean": 0.25, "std": 0.5})
+    return task
+
+
+def test_attention_kind_from_the_config_runs_in_every_layer():
+    """model.attention reaches every self-attention: sliding_window with a window (256) wider
+    than the 17 tokens admits every key, so it equals exact attention with the same weights;
+    linear attention (elu+1 features) does not."""
+    torch.manual_seed(0)
+    exact = _vit_task("exact").build_model().eval()
+    images = torch.randn(3, 1, 28, 28)
+    expected = exact(images)
+    for kind, equal in (("sliding_window", True), ("linear", False)):
+        model = _vit_task(kind).build_model().eval()
+        assert [layer.self_attn.attention for layer in model.layers] == [kind, kind]
+        model.load_state_dict(exact.state_dict())  # parameter-free kinds: the same tensors
+        got = model(images)
+        if equal:
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        else:
+            assert (got - expected).abs().max() > 1e-3
+
+
+def test_an_efficient_kind_has_no_weight_dropout_and_no_rollout(tmp_path):
+    """Efficient kinds refuse attention-weight dropout (they form no weights): the model builds
+    them without it, and trains with its other dropout; its run draws no rollout."""
+    torch.manual_seed(0)
+    model = VisionTransformer((28, 28), 1, 7, 10, d_model=16, nhead=4, num_layers=1,
+                              dropout=0.2, attention="performer")  # fmt: skip
+    assert model.layers[0].self_attn.dropout == 0.0 and model.layers[0].dropout1.p == 0.2
+    model(torch.randn(2, 1, 28, 28)).sum().backward()  # training mode: no refusal
+    task = _vit_task("performer")
+    examples = [Image(np.zeros((28, 28), dtype=np.uint8), 0, "x")]
+    assert task.artifacts(task.build_model(), examples, tmp_path) == []
+
+
+def test_uniform_ablation_replaces_an_efficient_kind():
+    """With an efficient kind the uniform-attention column still replaces the attention: each
+    query's context is the mean of the values (reference: the formula on the projections)."""
+    from attnkit.layers.attention import exact_kinds
+
+    torch.manual_seed(0)
+    model = VisionTransformer((28, 28), 1, 7, 10, d_model=16, nhead=4, num_layers=1,
+                              attention="linear").eval()  # fmt: skip
+    images = torch.randn(2, 1, 28, 28)
+    before = model(images)
+    layer = model.layers[0]
+    z = model.tokens(images)
+    v = F.linear(
+        layer.norm1(z), layer.self_attn.in_proj_weight[32:], layer.self_attn.in_proj_bias[32:]
+    )
+    z = z + layer.self_attn.out_proj(v.mean(1, keepdim=True).expand_as(v))  # uniform: mean
+    z = z + layer._ff_block(layer.norm2(z))
+    expected = model.head(model.norm(z[:, 0]))
+    with ablate(model, "uniform"):  # alone it sees no engine call: nothing is replaced
+        torch.testing.assert_close(model(images), before)
+    with exact_kinds(model) as names, ablate(model, "uniform"):
+        torch.testing.assert_close(model(images), expected, atol=1e-5, rtol=1e-5)
+    assert names == ["layers.0.self_attn"]
+    torch.testing.assert_close(model(images), before)  # the kind is back after the block
+    assert model.layers[0].self_attn._attend is not None

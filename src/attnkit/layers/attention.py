@@ -14,12 +14,15 @@ Shapes: N batch, L queries, S keys, E embed_dim, H query heads, G key/value head
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from attnkit.core.engine import attention as exact_attention
 from attnkit.core.masks import ScoreMod
 from attnkit.layers.kv_cache import CrossAttentionCache, KVCache
 from attnkit.mechanisms.multi_head import MultiHeadAttention
@@ -244,3 +247,38 @@ def _engine_mask(allowed: Tensor | None, bias: Tensor | None) -> Tensor | None:
     if allowed is None:
         return bias
     return torch.where(allowed, bias, float("-inf"))
+
+
+@contextmanager
+def exact_kinds(model: nn.Module) -> Iterator[list[str]]:
+    """Inside the block, every :class:`MultiHeadAttention` of ``model`` with an efficient kind
+    (``attention="linear"``, ...) computes exact attention through :func:`attnkit.attention`
+    with its own projections; yields the names of the modules switched.
+
+    For evaluations whose result does not depend on the weights being replaced: the uniform
+    ablation (``evaluate.ablate(model, "uniform")``, survey §4.1) replaces the weights of the
+    engine's calls, and efficient kinds make none, so without this block it would leave them
+    untouched and report the model itself. Uniform weights over the admissible keys (the masks'
+    keys, not a kind's window) are the same whichever attention they replace.
+    """
+    switched: list[tuple[MultiHeadAttention, object]] = []
+    names = []
+    try:
+        for name, module in model.named_modules():
+            if isinstance(module, MultiHeadAttention) and module.attention != "exact":
+                # a kind with parameters is a registered submodule: set aside, put back below
+                if "_attend" in module._modules:
+                    kind: object = module._modules.pop("_attend")
+                else:
+                    kind = module.__dict__["_attend"]
+                module.__dict__["_attend"] = exact_attention
+                switched.append((module, kind))
+                names.append(name)
+        yield names
+    finally:
+        for module, kind in switched:
+            del module.__dict__["_attend"]
+            if isinstance(kind, nn.Module):
+                module._modules["_attend"] = kind
+            else:
+                module.__dict__["_attend"] = kind

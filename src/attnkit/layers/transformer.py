@@ -89,6 +89,24 @@ def _attention_module(
     )
 
 
+def kind_attention(kind: str, d_model: int, nhead: int) -> str | MultiHeadAttention:
+    """An attention kind as a layer's ``attention`` argument.
+
+    ``"exact"`` stays a name, so the layer builds its attention as before (torch's, with the
+    layer's ``dropout`` on the attention weights). Any other kind (``attnkit.efficient``) becomes a
+    batch-first :class:`MultiHeadAttention` without attention-weight dropout: those kinds never
+    form the weight matrix, so there is nothing to drop (and they refuse ``dropout > 0``); the
+    layer's residual and feed-forward dropout stay.
+
+    Raises:
+        ValueError: ``kind`` is not registered with ``MultiHeadAttention`` (the message lists
+            the known kinds).
+    """
+    if kind == "exact":
+        return kind
+    return MultiHeadAttention(d_model, nhead, batch_first=True, attention=kind)
+
+
 class _LayerBase(nn.Module):
     """What encoder and decoder layers share: the feed-forward block, layout and options."""
 
@@ -439,7 +457,10 @@ class Transformer(nn.Module):
 
     Arguments are torch's (``custom_encoder``/``custom_decoder`` replace the stacks); the
     keyword-only ones of :class:`TransformerEncoderLayer` apply to every layer (``rotary`` and
-    ``position_bias`` to every self-attention). :meth:`encode` and :meth:`decode` split
+    ``position_bias`` to every self-attention), except that ``decoder_attention`` (a kind name or
+    module), when given, replaces ``attention`` for the decoder's self-attention: an encoder can
+    use a kind that cannot be causal (Nyström, Linformer) while the decoder keeps one that can.
+    :meth:`encode` and :meth:`decode` split
     :meth:`forward` for generation (``decode(..., caches=self.decoder.new_caches(C))``).
     """
 
@@ -460,6 +481,8 @@ class Transformer(nn.Module):
         bias: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        decoder_attention: str | MultiHeadAttention | None = None,
         **layer_options: Any,
     ) -> None:
         super().__init__()
@@ -487,7 +510,10 @@ class Transformer(nn.Module):
         if custom_decoder is not None:
             self.decoder = custom_decoder
         else:
-            dec_layer = TransformerDecoderLayer(**common, **layout, **factory, **layer_options)
+            dec_options = dict(layer_options)
+            if decoder_attention is not None:
+                dec_options["attention"] = decoder_attention
+            dec_layer = TransformerDecoderLayer(**common, **layout, **factory, **dec_options)
             norm = nn.LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **factory)
             self.decoder = TransformerDecoder(dec_layer, num_decoder_layers, norm)
         self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first

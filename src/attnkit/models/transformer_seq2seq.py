@@ -28,6 +28,7 @@ from attnkit.layers.transformer import (
     Transformer,
     TransformerDecoder,
     TransformerDecoderLayer,
+    kind_attention,
 )
 from attnkit.models.inputs import check_batch
 from attnkit.models.outputs import Seq2SeqOutput, Translation
@@ -38,6 +39,34 @@ from attnkit.models.translation import (
     search,
 )
 
+#: attention kinds that can be the decoder's self-attention: causal, and the same when decoding
+#: one token at a time against cached keys (one query, ``S`` keys) as over the whole target
+DECODER_KINDS = ("exact", "sliding_window", "linear", "performer", "synthesizer_dense")
+
+#: why each other known kind cannot be the decoder's self-attention
+NOT_DECODER_KINDS = {
+    "nystrom": "cannot be causal (every landmark averages keys from the whole sequence)",
+    "linformer": "cannot be causal (its length projections mix future positions into each key)",
+    "longformer": "needs as many queries as keys, but cached decoding attends one new query",
+    "bigbird": "needs as many queries as keys, but cached decoding attends one new query",
+    "lsh": "shares queries and keys (Reformer), but cached decoding attends one new query to "
+    "earlier keys",
+    "synthesizer_random": "reads its score matrix's rows by the query's place in the call, "
+    "which cached decoding (one query at a time) does not give",
+}
+
+
+def check_decoder_attention(kind: str) -> None:
+    """Refuse an attention kind that cannot serve the decoder's causal self-attention (see
+    :data:`DECODER_KINDS`; the cross-attention is always exact, see the class docstring)."""
+    if kind in DECODER_KINDS:
+        return
+    reason = NOT_DECODER_KINDS.get(kind, "is not known to decode causally one token at a time")
+    raise ValueError(
+        f"the decoder's self-attention cannot be {kind!r}: it {reason}; use one of "
+        + ", ".join(DECODER_KINDS)
+    )
+
 
 class TransformerSeq2Seq(nn.Module):
     """Encoder–decoder Transformer: embeddings ``· sqrt(d_model)`` + sinusoidal positions
@@ -47,6 +76,13 @@ class TransformerSeq2Seq(nn.Module):
     ``Seq2SeqOutput.weights`` is the last decoder layer's cross-attention, averaged over heads
     (before dropout); rows sum to 1 over the real source positions.
 
+    Efficient attention (``attnkit.efficient``): ``attention`` is the kind of every encoder
+    self-attention, ``decoder_attention`` that of every decoder self-attention (one of
+    :data:`DECODER_KINDS`: causal, and exact under cached decoding). The cross-attention is
+    always exact: its weights are the model's alignment (``Seq2SeqOutput.weights``, heatmaps,
+    AER, supervised attention), and the efficient kinds do not form them. Efficient kinds run
+    without attention-weight dropout (:func:`~attnkit.layers.transformer.kind_attention`).
+
     Args:
         source_vocab_size, target_vocab_size: vocabulary sizes.
         d_model, nhead, num_layers, dim_feedforward, dropout: as the paper's (``num_layers``
@@ -54,6 +90,8 @@ class TransformerSeq2Seq(nn.Module):
         max_length: the longest source or target (positions tabulated).
         tie_embeddings: the output projection is the target embedding matrix (plus a bias).
         pad_id, bos_id, eos_id: special ids.
+        attention: kind of the encoder's self-attention (``"exact"`` or an efficient kind).
+        decoder_attention: kind of the decoder's self-attention (one of :data:`DECODER_KINDS`).
 
     Shapes: as :class:`~attnkit.models.RNNSeq2Seq`: ``source [B, S]``, ``source_lengths [B]``,
     ``target_in [B, T]`` → ``logits [B, T, V]``, ``weights [B, T, S]``.
@@ -74,6 +112,8 @@ class TransformerSeq2Seq(nn.Module):
         pad_id: int = 0,
         bos_id: int = 2,
         eos_id: int = 3,
+        attention: str = "exact",
+        decoder_attention: str = "exact",
     ) -> None:
         super().__init__()
         for name, value in (
@@ -89,6 +129,8 @@ class TransformerSeq2Seq(nn.Module):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if d_model % nhead:
             raise ValueError(f"d_model ({d_model}) must be divisible by nhead ({nhead})")
+        check_decoder_attention(decoder_attention)
+        self.attention, self.decoder_attention = attention, decoder_attention
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.vocab_sizes = (source_vocab_size, target_vocab_size)
         self.d_model, self.max_length = d_model, max_length
@@ -108,6 +150,8 @@ class TransformerSeq2Seq(nn.Module):
             dim_feedforward,
             dropout,
             batch_first=True,
+            attention=kind_attention(attention, d_model, nhead),
+            decoder_attention=kind_attention(decoder_attention, d_model, nhead),
         )
         self.tie_embeddings = tie_embeddings
         self.output = None if tie_embeddings else nn.Linear(d_model, target_vocab_size, bias=False)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.layers import TransformerEncoderLayer
+from attnkit.layers.transformer import kind_attention
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
@@ -57,6 +58,10 @@ class VisionTransformer(nn.Module):
         num_layers: ``L``.
         dim_feedforward: hidden size of each MLP block.
         dropout: on the embeddings, attention weights and MLP/residual branches (ViT's).
+        attention: the self-attention's kind: ``"exact"`` or an efficient kind
+            (``attnkit.efficient``, e.g. ``"linear"``); efficient kinds run without
+            attention-weight dropout and form no weights, so attention rollout and the
+            weight-replacing ablations need ``"exact"``.
 
     Shapes: ``forward(images [B, C, H, W]) -> logits [B, num_classes]``.
 
@@ -79,12 +84,14 @@ class VisionTransformer(nn.Module):
         num_layers: int = 4,
         dim_feedforward: int = 128,
         dropout: float = 0.0,
+        attention: str = "exact",
     ) -> None:
         super().__init__()
         h, w = image_size
         if h % patch_size or w % patch_size:
             raise ValueError(f"patch_size {patch_size} must divide the image size, got {h} × {w}")
         self.image_size, self.channels, self.patch_size = (h, w), channels, patch_size
+        self.attention = attention
         self.grid = (h // patch_size, w // patch_size)
         n_patches = self.grid[0] * self.grid[1]
         self.patch_embedding = nn.Linear(patch_size * patch_size * channels, d_model)  # E
@@ -102,6 +109,7 @@ class VisionTransformer(nn.Module):
                 activation="gelu",
                 batch_first=True,
                 norm_first=True,
+                attention=kind_attention(attention, d_model, nhead),
             )
             for _ in range(num_layers)
         )

@@ -29,6 +29,7 @@ from attnkit.config import RunConfig
 from attnkit.data_parallel import DataParallel
 from attnkit.evaluate.ablation import ablate
 from attnkit.evaluate.metrics import accuracy, macro_f1
+from attnkit.layers.attention import exact_kinds
 from attnkit.run import Run, read_metrics
 from attnkit.tasks.base import Task, task_for
 from attnkit.train import Job, Log
@@ -150,7 +151,9 @@ def evaluate_classifier(
     results: dict[str, Any] = {"examples": len(examples)}
     started = time.perf_counter()
     results.update(classification_metrics(model, task, examples, batch_size))
-    with ablate(model, mode="uniform"):
+    # efficient attention kinds form no weights for the ablation to replace: they run exact
+    # inside, so their uniform replacement is computed too (it does not depend on the kind)
+    with exact_kinds(model), ablate(model, mode="uniform"):
         uniform = classification_metrics(model, task, examples, batch_size)
     results["uniform_attention"] = uniform
     results["eval_seconds"] = round(time.perf_counter() - started, 1)
