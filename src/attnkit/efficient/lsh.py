@@ -25,7 +25,7 @@ Which keys a query attends in one round, for chunks of ``c = bucket_size``:
 
 Per round the scores held are ``[B, H, S/c, c, 2c]`` with ``S`` the sorted length (``L``
 rounded up to chunks; causal adds at most one partial chunk per non-empty bucket, so
-``S < 2L + c``): O(L·c) memory. ``n_buckets = 2·ceil(L / (2c))`` (the paper: about ``L / c``
+``S < 2L + 2c``): O(L·c) memory. ``n_buckets = 2·ceil(L / (2c))`` (the paper: about ``L / c``
 buckets), and one bucket (``bucket_size >= L``) is exact softmax attention over the sequence with
 the self rule (causal: over the earlier positions).
 """
