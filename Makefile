@@ -25,6 +25,9 @@ demo: $(STAMP)
 # it can (root with apt-get; `apt-get update` only if the first try fails) and never fails for
 # them: without them those tests skip, and one line says why.
 DEBIAN_PACKAGES := chromium chromium-driver dataset-fashion-mnist
+# PyTorch Geometric, for the interop test of the graph attention layers with its GATConv: not a
+# dependency (nor in [dev]) since its install may fail; `test` tries it the same way.
+PYG_SPEC := torch_geometric>=2.5
 
 test: $(STAMP)
 	@missing=""; \
@@ -43,6 +46,9 @@ test: $(STAMP)
 	    || { apt-get update -qq >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive $$install >/dev/null 2>&1; }; \
 	  then :; else echo "tests needing$$missing will be skipped: apt-get install failed"; fi; \
 	fi
+	@$(PY) -c "import torch_geometric" 2>/dev/null \
+	  || $(PY) -m pip install --quiet "$(PYG_SPEC)" >/dev/null 2>&1 \
+	  || echo "the PyG interop test will be skipped: pip install $(PYG_SPEC) failed"
 	$(PY) -m pytest -n 2 -q
 
 lint: $(STAMP)

@@ -151,14 +151,17 @@ def attention_reference() -> Callable[[Path, str], dict[str, np.ndarray]]:
 @pytest.fixture(scope="session")
 def browser():
     """Headless system Chromium through its own chromedriver (Selenium Manager never runs)."""
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    # "optional:" puts the reason in the summary of optional-dependency skips (tests/conftest.py)
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="optional: selenium is not installed (pip install -e .[dev])"
+    )
     from selenium.webdriver.chrome.service import Service
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     chromedriver = shutil.which("chromedriver")
     if chromium is None or chromedriver is None:
         pytest.skip(
-            "browser test needs the Debian packages chromium and chromium-driver "
+            "optional: browser test needs the Debian packages chromium and chromium-driver "
             f"(chromium: {chromium}, chromedriver: {chromedriver}); `make test` installs them"
         )
     options = webdriver.ChromeOptions()
