@@ -119,6 +119,13 @@ def test_two_processes_match_one(tmp_path, style):
     assert losses[0] == pytest.approx(losses[1], abs=1e-5)
 
 
+@pytest.fixture(scope="module")
+def single_tiny(tmp_path_factory) -> Path:
+    """The run directory of one process trained on TINY without interruption (the reference)."""
+    path = tmp_path_factory.mktemp("single") / "run"
+    return train(validate(TINY), run_dir=path, quiet=True, log=lambda _: None).path
+
+
 def _worst_difference(a_dir: Path, b_dir: Path) -> float:
     """Max abs difference of the step-4 model parameters and Adam moments of two runs."""
     a, b = _weights(a_dir), _weights(b_dir)
@@ -131,10 +138,9 @@ def _train_steps(run_dir: Path) -> list[int]:
     return [m["step"] for m in read_metrics(run_dir) if m["split"] == "train"]
 
 
-def test_stopped_and_resumed_two_processes_match_one_uninterrupted_process(tmp_path):
+def test_stopped_and_resumed_two_processes_match_one_uninterrupted_process(tmp_path, single_tiny):
     config_path = tmp_path / "ddp.yaml"
     config_path.write_text(yaml.safe_dump(TINY))
-    single = train(validate(TINY), run_dir=tmp_path / "single", quiet=True, log=lambda _: None)
     run_dir = tmp_path / "ddp"
     first = _torchrun(config_path, "--run-dir", str(run_dir), "--stop-after", "2")
     assert first.returncode == 0, first.stderr[-2000:]
@@ -143,7 +149,7 @@ def test_stopped_and_resumed_two_processes_match_one_uninterrupted_process(tmp_p
     second = _torchrun(config_path, "--resume", str(run_dir))
     assert second.returncode == 0, second.stderr[-2000:]
     assert _train_steps(run_dir) == [1, 2, 3, 4]  # every step logged once, by rank 0
-    assert _worst_difference(single.path, run_dir) <= 1e-5
+    assert _worst_difference(single_tiny, run_dir) <= 1e-5
     assert (run_dir / "results.json").is_file()
 
 
@@ -209,12 +215,11 @@ sys.exit(code)
 """
 
 
-def test_only_rank_0_writes_the_run(tmp_path):
+def test_only_rank_0_writes_the_run(tmp_path, single_tiny):
     config_path = tmp_path / "ddp.yaml"
     config_path.write_text(yaml.safe_dump(TINY))
     script = tmp_path / "wrapper.py"
     script.write_text(WRAPPER)
-    single = train(validate(TINY), run_dir=tmp_path / "single", quiet=True, log=lambda _: None)
     run_dir = tmp_path / "ddp"
     done = _torchrun(
         config_path, "--run-dir", str(run_dir), script=script, env={"AK_TEST_WRITES": str(tmp_path)}
@@ -231,7 +236,7 @@ def test_only_rank_0_writes_the_run(tmp_path):
     assert _train_steps(run_dir) == [1, 2, 3, 4]  # one set of metrics
     # one set of files: the same as a single process's run directory
     listing = [
-        sorted(p.relative_to(d).as_posix() for p in d.rglob("*")) for d in (single.path, run_dir)
+        sorted(p.relative_to(d).as_posix() for p in d.rglob("*")) for d in (single_tiny, run_dir)
     ]
     assert listing[0] == listing[1]
 
