@@ -82,7 +82,15 @@ class DataParallel:
             # before the group exists: NCCL binds its communicator to the current device
             torch.cuda.set_device(device)
         if not initialised:
-            init_process_group(backend, timeout=seconds)
+            rank = int(os.environ.get("RANK", "0"))
+            joining = cls(rank, world, device, seconds, stage="joining the process group")
+            try:
+                init_process_group(backend, timeout=seconds)
+            except Exception as error:  # the rendezvous failed: a peer never came, or died
+                failure = joining.peer_failure(error)
+                if failure is None:
+                    raise
+                raise failure from error
         return cls(
             dist.get_rank(),
             dist.get_world_size(),
@@ -180,8 +188,8 @@ class DataParallel:
         else:
             what = f"a peer process died, hangs, or did not answer within {within}"
         return PeerFailureError(
-            f"rank {self.rank} of {self.world} (data-parallel training, {self.stage}): a "
-            f"collective with the other ranks failed — {what}. Backend error: {text[:300]}"
+            f"rank {self.rank} of {self.world} (data-parallel training, {self.stage}): "
+            f"communication with the other ranks failed — {what}. Backend error: {text[:300]}"
         )
 
     def close(self) -> None:

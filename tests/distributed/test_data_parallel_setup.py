@@ -130,7 +130,7 @@ def test_a_failed_collective_becomes_one_clear_error_and_nothing_else_does():
     died = parallel.peer_failure(RuntimeError(GLOO_RESET))
     assert isinstance(died, PeerFailureError)
     assert str(died).startswith(
-        "rank 0 of 2 (data-parallel training, step 2 of 4): a collective with the other ranks "
+        "rank 0 of 2 (data-parallel training, step 2 of 4): communication with the other ranks "
         "failed — a peer's connection closed: a peer process died. Backend error: [/__w/"
     )
     silent = parallel.peer_failure(RuntimeError(GLOO_TIMEOUT))
@@ -142,3 +142,21 @@ def test_a_failed_collective_becomes_one_clear_error_and_nothing_else_does():
     assert parallel.peer_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
     assert parallel.peer_failure(ValueError(GLOO_RESET)) is None
     assert DataParallel().peer_failure(RuntimeError(GLOO_RESET)) is None
+
+
+def test_a_rendezvous_that_fails_is_the_same_clear_error(monkeypatch):
+    _Recorder(monkeypatch, cuda=False)
+
+    def never_joined(backend, timeout):
+        raise dist.DistStoreError("Timed out after 7 seconds waiting for clients. 1/2 joined.")
+
+    monkeypatch.setattr(dp, "init_process_group", never_joined)
+    with pytest.raises(PeerFailureError) as raised:
+        DataParallel.from_environment(timeout=7)
+    assert str(raised.value).startswith(
+        "rank 1 of 2 (data-parallel training, joining the process group): communication with the "
+        "other ranks failed — no answer from a peer within 7 s (attnkit train --timeout SECONDS)"
+    )
+    monkeypatch.setattr(dp, "init_process_group", lambda b, timeout: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # not a peer's failure: unchanged
+        DataParallel.from_environment(timeout=7)

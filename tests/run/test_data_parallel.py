@@ -267,7 +267,7 @@ def test_a_dead_or_silent_rank_stops_training_with_one_clear_error(tmp_path, how
     assert len(errors) == 1, done.stderr[-3000:]
     # rank 1 left (or went silent) in step 2, during DDP's gradient all-reduce
     assert errors[0].startswith(
-        "attnkit train: error: rank 0 of 2 (data-parallel training, step 2 of 4): a collective "
+        "attnkit train: error: rank 0 of 2 (data-parallel training, step 2 of 4): communication "
         "with the other ranks failed — " + message
     ), errors[0]
     if how == "hangs":
