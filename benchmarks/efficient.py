@@ -91,7 +91,7 @@ KINDS = [
     Kind("longformer", _registered("longformer"), "O(n)"),
     Kind("bigbird", _registered("bigbird"), "O(n)"),
     Kind("linear", _registered("linear"), "O(n)"),
-    Kind("performer", _registered("performer"), "O(n)"),
+    Kind("performer", _module(lambda n: registry.MODULE_KINDS["performer"](HEADS, D, D)), "O(n)"),
     Kind("nystrom", _registered("nystrom"), "O(n)", causal=False),
     Kind("lsh", _registered("lsh"), "O(n log n)"),
     Kind(
