@@ -156,3 +156,23 @@ def test_record_inside_ablate_sees_the_replaced_weights_once():
         model(x)
     assert len(rec.weights["attn"]) == 1
     assert torch.allclose(rec["attn"], torch.full((1, 2, 4, 4), 0.25))
+
+
+@pytest.mark.parametrize("session", ["record", "ablate"])
+def test_efficient_kinds_are_refused_not_silently_skipped(session):
+    # Linear attention forms no weights: recording or ablating it must say so, not return the
+    # model's own output as if the weights had been replaced.
+    torch.manual_seed(0)
+    model = nn.Sequential(ak.MultiHeadAttention(16, 2, batch_first=True, attention="linear"))
+    x = torch.randn(2, 5, 16)
+    enter = (lambda: record(model)) if session == "record" else (lambda: ablate(model, "uniform"))
+    with pytest.raises(ValueError, match=r"module '0' runs the efficient attention kind 'linear'"):
+        with enter():
+            model[0](x, x, x)
+    # inside exact_kinds the module attends exactly, so uniform weights are the mean of values
+    with ak.layers.exact_kinds(model), ablate(model, "uniform"):
+        out = model[0](x, x, x, need_weights=False)[0]
+    mha = model[0]
+    v = x @ mha.in_proj_weight[32:].T + mha.in_proj_bias[32:]  # [2, 5, 16]: heads side by side
+    expected = mha.out_proj(v.mean(1, keepdim=True).expand(-1, 5, -1))
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)

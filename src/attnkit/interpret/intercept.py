@@ -112,8 +112,17 @@ class EngineSession(ABC):
     def _hook_modules(self) -> None:
         for module, name in self.watched.items():
 
-            def push(_m: nn.Module, _args: Any, name: str = name) -> None:
-                self._stack.append(name)
+            def push(m: nn.Module, _args: Any, name: str = name) -> None:
+                self._stack.append(name)  # first: the pop hook runs even if this raises
+                if not getattr(m, "forms_weights", True):
+                    # an efficient kind computes no weights, so nothing would be recorded or
+                    # replaced: a silent no-op would report the model itself as its ablation
+                    raise ValueError(
+                        f"{type(self).__name__}: module {name!r} runs the efficient attention "
+                        f"kind {m.attention!r}, which forms no attention weights to see or "
+                        "replace; select other modules, or run it as exact attention inside "
+                        "`with attnkit.layers.exact_kinds(model):`"
+                    )
 
             def pop(_m: nn.Module, _args: Any, _out: Any) -> None:
                 self._stack.pop()

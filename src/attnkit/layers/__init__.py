@@ -4,7 +4,7 @@
 """
 
 from attnkit.layers.alibi import ALiBi, alibi_slopes
-from attnkit.layers.attention import cross_attend, self_attend
+from attnkit.layers.attention import cross_attend, exact_kinds, self_attend
 from attnkit.layers.kv_cache import (
     CrossAttentionCache,
     DecoderLayerCache,
@@ -48,6 +48,7 @@ __all__ = [
     "TransformerXL",
     "alibi_slopes",
     "cross_attend",
+    "exact_kinds",
     "relative_position_bucket",
     "relative_sinusoids",
     "reorder_caches",

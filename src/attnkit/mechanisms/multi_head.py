@@ -363,6 +363,14 @@ class MultiHeadAttention(nn.Module):
             and self.attention == "exact"
         )
 
+    @property
+    def forms_weights(self) -> bool:
+        """Whether this module attends through :func:`attnkit.attention`, so its attention
+        weights exist to be recorded (``interpret.record``) or replaced (``evaluate.ablate``).
+        An efficient kind (``attention="linear"``, ...) forms none, except while
+        ``attnkit.layers.exact_kinds`` runs it as exact attention."""
+        return self._attend is attention
+
     def extra_repr(self) -> str:
         return (
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
