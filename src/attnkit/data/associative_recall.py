@@ -23,6 +23,12 @@ How the data are derived (a generator; nothing is downloaded): the procedure of 
 Zoology builds the sequence one token longer and shifts inputs and labels by one (a language
 model predicts the next token); the result is the same: the query token and its target share a
 position. Requirements (as Zoology's): ``L`` even, ``V > L``, ``4D <= L``.
+
+The task is meant for causal models, as Zoology trains them: a query must be answered from the
+context before it. Measured in ``benchmarks/efficient_quality.py`` (``L = 64``, ``D = 8``,
+``V = 128``, a 2-layer exact-attention model, batch 16): causally it reaches 100 % test accuracy
+within 2,000 steps; with bidirectional attention it stays near ``1/D`` (any value of the context)
+after 9,800 steps.
 """
 
 from __future__ import annotations
