@@ -2,7 +2,7 @@
 ListOps (Long Range Arena) and multi-query associative recall (MQAR), test accuracy side by side.
 
     OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks listops &
-    OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks mqar     # full, 3 min/kind
+    OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks mqar     # full, 1.5 min/kind
     OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --quick       # tiny sizes: a smoke test
 
 The model is the same for every kind except its attention: token + learned position embeddings,
@@ -380,7 +380,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes and budget: smoke test")
     parser.add_argument("--tasks", default="listops,mqar", help="comma-separated: listops, mqar")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated attention kinds")
-    parser.add_argument("--minutes", type=float, default=3.0, help="CPU minutes per kind and task")
+    parser.add_argument("--minutes", type=float, default=1.5, help="CPU minutes per kind and task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (budget is CPU time)")
     parser.add_argument("--d-model", type=int, default=64)
