@@ -479,7 +479,11 @@ def architecture(config: RunConfig) -> dict[str, Any]:
             del model[key]
     flat = {f"model.{k}": v for k, v in model.items()}
     data = config.data.model_dump(mode="json")
-    keys = ARCHITECTURE_DATA_KEYS if config.is_translation else (*ARCHITECTURE_DATA_KEYS, "max_examples")
+    keys = (
+        ARCHITECTURE_DATA_KEYS
+        if config.is_translation
+        else (*ARCHITECTURE_DATA_KEYS, "max_examples")
+    )
     flat.update({f"data.{k}": data[k] for k in keys})
     return flat
 

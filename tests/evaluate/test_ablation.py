@@ -40,8 +40,9 @@ class MultiDimensionalLayer(nn.Module):
 
 def test_uniform_multi_dimensional_attention_averages_every_feature():
     g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(2, 4, 2, generator=g, dtype=torch.float64), torch.randn(
-        2, 5, 2, generator=g, dtype=torch.float64
+    q, k = (
+        torch.randn(2, 4, 2, generator=g, dtype=torch.float64),
+        torch.randn(2, 5, 2, generator=g, dtype=torch.float64),
     )
     v = torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
     mask = torch.rand(2, 4, 5, generator=g) > 0.4

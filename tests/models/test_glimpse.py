@@ -27,7 +27,9 @@ def hand_alpha(model: GlimpseClassifier, a: torch.Tensor) -> torch.Tensor:
 
 
 def images(batch: int = 3) -> torch.Tensor:
-    return torch.randn(batch, 1, 12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    return torch.randn(
+        batch, 1, 12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+    )
 
 
 def test_soft_context_is_the_expected_annotation():
