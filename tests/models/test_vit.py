@@ -235,8 +235,9 @@ def test_uniform_ablation_replaces_an_efficient_kind():
     z = z + layer.self_attn.out_proj(v.mean(1, keepdim=True).expand_as(v))  # uniform: mean
     z = z + layer._ff_block(layer.norm2(z))
     expected = model.head(model.norm(z[:, 0]))
-    with ablate(model, "uniform"):  # alone it sees no engine call: nothing is replaced
-        torch.testing.assert_close(model(images), before)
+    with pytest.raises(ValueError, match="efficient attention kind 'linear'"):
+        with ablate(model, "uniform"):  # alone it has no weights to replace: refused, not skipped
+            model(images)
     with exact_kinds(model) as names, ablate(model, "uniform"):
         torch.testing.assert_close(model(images), expected, atol=1e-5, rtol=1e-5)
     assert names == ["layers.0.self_attn"]
