@@ -168,7 +168,11 @@ def _rng_states(
 
 def restore_rng(tensors: Mapping[str, torch.Tensor], plain: Mapping[str, Any]) -> None:
     """Set every global RNG from :func:`capture_rng`'s output (all validated before any is set)."""
-    python_state, numpy_state, torch_state = _rng_states(tensors, plain)
+    _set_rng(*_rng_states(tensors, plain))
+
+
+def _set_rng(python_state: tuple, numpy_state: tuple, torch_state: torch.Tensor) -> None:
+    """Set the global generators from states :func:`_rng_states` validated."""
     random.setstate(python_state)
     np.random.set_state(numpy_state)  # noqa: NPY002
     torch.set_rng_state(torch_state)
@@ -357,10 +361,7 @@ class Checkpoint:
         if scheduler is not None:
             scheduler.load_state_dict(scheduler_state)
         if rng_states is not None:
-            python_state, numpy_state, torch_state = rng_states
-            random.setstate(python_state)
-            np.random.set_state(numpy_state)  # noqa: NPY002
-            torch.set_rng_state(torch_state)
+            _set_rng(*rng_states)
 
     def _model_state_for(self, model: nn.Module) -> dict[str, torch.Tensor]:
         state = self.model_state()
