@@ -21,18 +21,21 @@ from attnkit.core import align, masks, scores
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention, explain
 from attnkit.core.general import GeneralAttention
+from attnkit.core.hooks import AttentionHook, attention_hooks
 from attnkit.core.merge import merge_attention
 from attnkit.mechanisms.multi_head import MultiHeadAttention
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionHook",
     "AttentionOutput",
     "GeneralAttention",
     "MultiHeadAttention",
     "__version__",
     "align",
     "attention",
+    "attention_hooks",
     "data",
     "distributed",
     "efficient",

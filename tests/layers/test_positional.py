@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 import attnkit as ak
-from attnkit.core import engine
 from attnkit.layers import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -151,31 +150,26 @@ def test_t5_bias_values_and_gradient_on_the_tiled_path() -> None:
     torch.testing.assert_close(got, table.grad, atol=1e-10, rtol=0)
 
 
-class Spy:
-    """Records the backends the engine picks."""
+def backends_of(layer: torch.nn.Module, x: Tensor) -> list[str]:
+    """The backends the engine picks for ``layer``'s attention calls, seen by a hook."""
+    names: list[str] = []
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.names: list[str] = []
-        original = engine.choose_backend
+    def spy(call, module, run):  # type: ignore[no-untyped-def]
+        names.append(run.chosen.name)
+        return run(call)
 
-        def choose(call, backend=None):  # type: ignore[no-untyped-def]
-            chosen = original(call, backend)
-            self.names.append(chosen.name)
-            return chosen
-
-        monkeypatch.setattr(engine, "choose_backend", choose)
+    with ak.attention_hooks(spy):
+        layer(x, is_causal=True)
+    return names
 
 
-def test_rope_runs_on_sdpa_and_alibi_on_tiled(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rope_runs_on_sdpa_and_alibi_on_tiled() -> None:
     x = torch.randn(2, 9, 32)
-    spy = Spy(monkeypatch)
     rope_layer = TransformerEncoderLayer(32, 4, 64, batch_first=True, rotary=RotaryEmbedding(8))
-    rope_layer.eval()(x, is_causal=True)  # in training, attention dropout goes past sdpa
-    assert spy.names == ["sdpa"]
-    spy.names.clear()
+    # in training, attention dropout goes past sdpa
+    assert backends_of(rope_layer.eval(), x) == ["sdpa"]
     alibi_layer = TransformerEncoderLayer(32, 4, 64, batch_first=True, position_bias=ALiBi(4))
-    alibi_layer.eval()(x, is_causal=True)
-    assert spy.names == ["tiled"]
+    assert backends_of(alibi_layer.eval(), x) == ["tiled"]
     # the same facts through ak.explain, for the calls these layers make
     q = torch.empty(2, 4, 9, 8, device="meta")
     assert "runs on: sdpa" in ak.explain(q, q, q, causal=True)

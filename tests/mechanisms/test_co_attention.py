@@ -13,7 +13,6 @@ import torch
 from torch import Tensor
 
 import attnkit as ak
-from attnkit.mechanisms import co_attention
 from attnkit.mechanisms.co_attention import (
     AlternatingCoAttention,
     ConcatAffinity,
@@ -477,15 +476,15 @@ def test_stochastic_alignment_returns_the_summed_log_prob():
 
 
 @pytest.mark.parametrize(("name", "calls"), list(zip(MODULES, [3, 2, 2, 2, 4], strict=True)))
-def test_every_attention_step_runs_on_the_engine(name, calls, monkeypatch):
+def test_every_attention_step_runs_on_the_engine(name, calls):
     seen = []
 
-    def counting(*args, **kwargs):
-        seen.append(1)
-        return ak.attention(*args, **kwargs)
+    def counting(call, module, run):
+        seen.append(call.shape)
+        return run(call)
 
-    monkeypatch.setattr(co_attention, "attention", counting)
-    MODULES[name]().double()(*inputs(15))
+    with ak.attention_hooks(counting):
+        MODULES[name]().double()(*inputs(15))
     assert len(seen) == calls
 
 

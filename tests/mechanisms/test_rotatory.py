@@ -11,7 +11,6 @@ import torch
 from torch import Tensor
 
 import attnkit as ak
-from attnkit.mechanisms import rotatory
 from attnkit.mechanisms.rotatory import MultiHopRotatoryAttention, RotatoryAttention
 
 F64 = torch.float64
@@ -323,15 +322,15 @@ def test_per_part_scores_and_stochastic_log_prob():
 
 
 @pytest.mark.parametrize(("name", "calls"), [("rotatory", 4), ("multi_hop", 8)])
-def test_every_attention_step_runs_on_the_engine(name, calls, monkeypatch):
+def test_every_attention_step_runs_on_the_engine(name, calls):
     seen = []
 
-    def counting(*args, **kwargs):
-        seen.append(1)
-        return ak.attention(*args, **kwargs)
+    def counting(call, module, run):
+        seen.append(call.shape)
+        return run(call)
 
-    monkeypatch.setattr(rotatory, "attention", counting)
-    MODULES[name]().double()(*inputs(11))
+    with ak.attention_hooks(counting):
+        MODULES[name]().double()(*inputs(11))
     assert len(seen) == calls
 
 

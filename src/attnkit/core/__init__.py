@@ -3,5 +3,13 @@
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
 from attnkit.core.general import GeneralAttention
+from attnkit.core.hooks import AttentionHook, attention_hooks, observed
 
-__all__ = ["AttentionOutput", "GeneralAttention", "attention"]
+__all__ = [
+    "AttentionHook",
+    "AttentionOutput",
+    "GeneralAttention",
+    "attention",
+    "attention_hooks",
+    "observed",
+]

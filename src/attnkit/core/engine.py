@@ -20,6 +20,7 @@ from torch import Tensor
 from attnkit.core.align import Align, Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
 from attnkit.core.chunked import chunked_attention
+from attnkit.core.hooks import observed, run_hooked
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.reference import reference_attention
 from attnkit.core.scores import Score
@@ -266,4 +267,7 @@ def attention(
         return_lse=return_lse,
         summary=summary,
     )
-    return _to_user_shapes(call, choose_backend(call, backend).run(call))
+    chosen = choose_backend(call, backend)
+    if observed():  # hooks watch this context (attnkit.core.hooks): they compute the call
+        return _to_user_shapes(call, run_hooked(call, chosen, choose_backend))
+    return _to_user_shapes(call, chosen.run(call))

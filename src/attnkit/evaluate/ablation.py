@@ -11,6 +11,9 @@ replaced weights ``a'`` and the context ``c = Σ_l a'_l v_l`` (eq. 4) they give:
 * ``"zero_head"``: the selected heads contribute nothing (``a' = 0``; Michel et al. 2019's mask).
 
 Masks (padding, causal) are respected by every mode. Only the selected ``heads`` are replaced.
+The ablation is an attention hook (:mod:`attnkit.core.hooks`): it holds in the context that
+enters it, and ``torch.nn.MultiheadAttention`` modules inside the block return the output of the
+equivalent ``ak.MultiHeadAttention`` (:mod:`attnkit.mechanisms.torch_modules`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.interpret.intercept import EngineSession, ModuleSelection, Run, weights_call
+from attnkit.core.hooks import ModuleSelection, Run
+from attnkit.mechanisms.torch_modules import ModelHook
 
 MODES = ("uniform", "random", "permuted", "zero_head")
 
@@ -55,10 +59,10 @@ def permuted_weights(weights: Tensor, admissible: Tensor, generator: torch.Gener
     return torch.zeros_like(weights).scatter(-1, destination, weights.gather(-1, source))
 
 
-class Ablation(EngineSession):
-    """Context manager made by :func:`ablate`."""
+class Ablation(ModelHook):
+    """Context manager made by :func:`ablate`; the attention hook ``ablation(call, module, run)``."""
 
-    reroute_torch_attention = True  # torch's fused MHA has no weights to replace
+    replace_torch_outputs = True  # torch's fused MHA has no weights to replace
 
     def __init__(
         self,
@@ -87,8 +91,10 @@ class Ablation(EngineSession):
             return permuted_weights(weights, admissible, self.generator)
         return torch.zeros_like(weights)
 
-    def intercept(self, name: str, call: AttentionCall, run: Run) -> AttentionOutput:
-        out = run(weights_call(call))
+    def __call__(self, call: AttentionCall, module: str | None, run: Run) -> AttentionOutput:
+        """The hook: computes ``call`` with its weights replaced (module docstring)."""
+        name = "" if module is None else module
+        out = run(dataclasses.replace(call, return_weights=True))
         weights = out.weights
         assert weights is not None
         multi = weights.dim() == 5

@@ -20,7 +20,6 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.evaluate.ablation import ablate
-from attnkit.interpret.record import record
 
 
 @dataclass(frozen=True)
@@ -89,11 +88,17 @@ def adversarial_attention(
     """
     if epsilon < 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon}")
-    with torch.no_grad(), record(model, modules=[module]) as rec:
+    seen: list[Tensor] = []
+
+    def keep(weights: Tensor, _admissible: Tensor) -> Tensor:
+        seen.append(weights.detach())
+        return weights  # the identity replacement: the model as it is, its weights kept
+
+    with torch.no_grad(), ablate(model, keep, modules=[module]):
         reference = forward().detach()
-    if module not in rec:
+    if not seen:
         raise ValueError(f"module {module!r} computed no attention in forward()")
-    original = rec[module]
+    original = seen[-1]
     if original.dim() != 4:
         raise ValueError(f"expected weights [B, H, M, N], got {tuple(original.shape)}")
     admissible = original > 0  # where the model could attend (masked keys have zero weight)

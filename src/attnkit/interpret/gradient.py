@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from attnkit.interpret.intercept import ModuleSelection
+from attnkit.core.hooks import ModuleSelection
 from attnkit.interpret.record import record
 
 Target = int | Callable[[Tensor], Tensor]

@@ -13,7 +13,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from attnkit.interpret.intercept import ModuleSelection
+from attnkit.core.hooks import ModuleSelection
+from attnkit.evaluate.ablation import ablate
 from attnkit.interpret.record import record
 
 
@@ -34,9 +35,6 @@ def head_importance(
     Returns:
         ``{module name: float64 [H]}``: ``I_h = loss(head h masked) - loss()``.
     """
-    # imported here: evaluate builds on interpret's interception, not the other way round
-    from attnkit.evaluate.ablation import ablate
-
     with torch.no_grad():
         with record(model, modules=modules, rows=slice(0, 1)) as rec:
             base = float(loss())

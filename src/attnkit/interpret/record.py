@@ -2,12 +2,15 @@
 
 Captures, per module name and per head, the attention weights ``a`` (survey eq. 3) of every
 attention computed inside ``model``: attnkit modules (``ak.MultiHeadAttention``,
-``ak.GeneralAttention``, the mechanisms, and user modules that call ``ak.attention``) through the
-engine (see :mod:`attnkit.interpret.intercept`), and ``torch.nn.MultiheadAttention`` through its
-``need_weights`` option. The model's outputs are unchanged, bit for bit: a call whose backend can
-return weights is asked for them; a call on the fused SDPA kernel (which cannot) is computed as
-before and its weights recomputed apart, without gradient. (torch's ``nn.TransformerEncoderLayer`` skips its
-fused eval kernel while any module inside it has hooks, so its outputs agree up to rounding.)
+``ak.GeneralAttention``, the mechanisms, and user modules that call ``ak.attention``) and
+``torch.nn.MultiheadAttention`` (computed alongside by attnkit's engine, see
+:mod:`attnkit.mechanisms.torch_modules`). The recorder is an attention hook
+(:mod:`attnkit.core.hooks`), so recording is scoped to the context that enters it: another thread
+running the same model records nothing. The model's outputs are unchanged, bit for bit: a call
+whose backend can return weights is asked for them; a call on the fused SDPA kernel (which
+cannot) is computed as before and its weights recomputed apart, without gradient. (torch's
+``nn.TransformerEncoderLayer`` skips its fused eval kernel while any module inside it has hooks,
+so its outputs agree up to rounding.)
 
 Shapes: every record is ``[B, H, M, N]`` (queries M, keys N; ``H = 1`` for single-head calls;
 ``[B, H, M, N, d_v]`` for multi-dimensional attention), the weights before dropout.
@@ -17,24 +20,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.interpret.intercept import (
-    EngineSession,
-    ModuleSelection,
-    Run,
-    weights_call,
-)
+from attnkit.core.hooks import ModuleSelection, Run
+from attnkit.mechanisms.torch_modules import ModelHook
 
 Rows = slice | Sequence[int] | None
 
 
-class AttentionRecorder(EngineSession):
-    """Context manager holding the recorded weights; made by :func:`record`.
+class AttentionRecorder(ModelHook):
+    """Context manager holding the recorded weights; made by :func:`record`. It is the
+    attention hook ``recorder(call, module, run)`` of :mod:`attnkit.core.hooks`.
 
     Attributes:
         weights: ``{module name: [one tensor per call, in call order]}``; names are those of
@@ -60,10 +59,10 @@ class AttentionRecorder(EngineSession):
         self.heads = None if heads is None else list(heads)
         self.rows = rows
         self.grad = grad
-        # with grad, torch's MHA runs through ak.MultiHeadAttention so its weights are in the graph
-        self.reroute_torch_attention = grad
         self.device = device
         self.weights: dict[str, list[Tensor]] = {}
+        # with grad, torch's MHA returns the engine's output, so its weights are in the graph
+        self.replace_torch_outputs = grad
 
     # --- access -----------------------------------------------------------------------------
 
@@ -108,11 +107,13 @@ class AttentionRecorder(EngineSession):
                 w = w.to(self.device)
         self.weights.setdefault(name, []).append(w)
 
-    def intercept(self, name: str, call: AttentionCall, run: Run) -> AttentionOutput:
+    def __call__(self, call: AttentionCall, module: str | None, run: Run) -> AttentionOutput:
+        """The hook: computes ``call`` (made inside module ``module``), keeping its weights."""
+        name = "" if module is None else module
         if self.grad:
             # the materialised formula computes the context from these very weights, so a
             # gradient of the output reaches them (c = a v, eq. 4)
-            out = run(weights_call(call), "reference")
+            out = run(dataclasses.replace(call, return_weights=True), "reference")
             assert out.weights is not None
             if torch.is_grad_enabled() and not out.weights.requires_grad and call.dropout == 0:
                 # nothing below requires grad (e.g. a parameter-free first layer): make the
@@ -132,7 +133,7 @@ class AttentionRecorder(EngineSession):
             return out if call.return_weights else dataclasses.replace(out, weights=None)
         if call.return_weights or run.chosen.weights:
             # same backend as without weights: same context, and one draw of any sampling
-            out = run(weights_call(call))
+            out = run(dataclasses.replace(call, return_weights=True))
             assert out.weights is not None
             self._store(name, out.weights)
             return out if call.return_weights else dataclasses.replace(out, weights=None)
@@ -142,55 +143,6 @@ class AttentionRecorder(EngineSession):
         assert again.weights is not None
         self._store(name, again.weights)
         return out
-
-    def _hook_modules(self) -> None:
-        super()._hook_modules()
-        for module, name in self.watched.items():
-            if isinstance(module, nn.MultiheadAttention):
-                self._handles.append(
-                    module.register_forward_hook(self._torch_hook(name), with_kwargs=True)
-                )
-
-    def _torch_hook(self, name: str) -> Any:
-        def hook(
-            module: nn.MultiheadAttention, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-        ) -> None:
-            if "forward" in vars(module):
-                # rerouted through ak.MultiHeadAttention (by this or another session): its
-                # engine call was recorded already
-                return
-            given = dict(zip(_MHA_ARGS, args, strict=False)) | kwargs
-            per_head = given.get("need_weights", True) and not given.get(
-                "average_attn_weights", True
-            )
-            if per_head and not (module.training and module.dropout > 0) and out[1] is not None:
-                w = out[1]
-            else:  # recompute: per head, before dropout, outside the autograd graph
-                given.update(need_weights=True, average_attn_weights=False)
-                was_training = module.training
-                module.train(False)
-                try:
-                    with torch.no_grad():
-                        w = module.forward(**given)[1]
-                finally:
-                    module.train(was_training)
-            if w.dim() == 3:  # unbatched input: [H, L, S]
-                w = w.unsqueeze(0)
-            self._store(name, w)
-
-        return hook
-
-
-_MHA_ARGS = (
-    "query",
-    "key",
-    "value",
-    "key_padding_mask",
-    "need_weights",
-    "attn_mask",
-    "average_attn_weights",
-    "is_causal",
-)
 
 
 def record(
@@ -215,8 +167,8 @@ def record(
         grad: keep the weights in the autograd graph (computed by the materialised formula, so
             outputs may differ from the fused kernel's in the last bits), for gradients of an
             output with respect to them (:func:`gradient_weighted_attention`);
-            ``torch.nn.MultiheadAttention`` modules then run as the equivalent
-            ``ak.MultiHeadAttention`` (same outputs up to rounding).
+            ``torch.nn.MultiheadAttention`` modules then return the equivalent
+            ``ak.MultiHeadAttention``'s output (same outputs up to rounding).
         device: move the kept weights there (e.g. ``"cpu"``).
 
     Returns:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.core.engine import attention as exact_attention
+from attnkit.core.hooks import exact_attention
 from attnkit.core.masks import ScoreMod
 from attnkit.layers.kv_cache import CrossAttentionCache, KVCache
 from attnkit.mechanisms.multi_head import MultiHeadAttention
@@ -85,7 +85,7 @@ def _combine_heads(mha: MultiHeadAttention, context: Tensor) -> Tensor:
 def _attend(mha: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, **options: object) -> Tensor:
     if options.get("score_mod") is None:
         options.pop("score_mod", None)  # attention kinds other than "exact" may not take one
-    out = mha._attend(
+    out = mha.current_kind()(
         q,
         k,
         v,
@@ -255,30 +255,19 @@ def exact_kinds(model: nn.Module) -> Iterator[list[str]]:
     (``attention="linear"``, ...) computes exact attention through :func:`attnkit.attention`
     with its own projections; yields the names of the modules switched.
 
+    A scope of this context (:func:`attnkit.core.hooks.exact_attention`): the modules are not
+    changed, and another thread running them meanwhile keeps their kinds.
+
     For evaluations whose result does not depend on the weights being replaced: the uniform
     ablation (``evaluate.ablate(model, "uniform")``, survey §4.1) replaces the weights of the
     engine's calls, and efficient kinds make none, so without this block it would leave them
     untouched and report the model itself. Uniform weights over the admissible keys (the masks'
     keys, not a kind's window) are the same whichever attention they replace.
     """
-    switched: list[tuple[MultiHeadAttention, object]] = []
-    names = []
-    try:
-        for name, module in model.named_modules():
-            if isinstance(module, MultiHeadAttention) and module.attention != "exact":
-                # a kind with parameters is a registered submodule: set aside, put back below
-                if "_attend" in module._modules:
-                    kind: object = module._modules.pop("_attend")
-                else:
-                    kind = module.__dict__["_attend"]
-                module.__dict__["_attend"] = exact_attention
-                switched.append((module, kind))
-                names.append(name)
-        yield names
-    finally:
-        for module, kind in switched:
-            del module.__dict__["_attend"]
-            if isinstance(kind, nn.Module):
-                module._modules["_attend"] = kind
-            else:
-                module.__dict__["_attend"] = kind
+    switched = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, MultiHeadAttention) and module.attention != "exact"
+    ]
+    with exact_attention(module for _, module in switched):
+        yield [name for name, _ in switched]

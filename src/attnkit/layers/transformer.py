@@ -309,8 +309,24 @@ class TransformerDecoderLayer(_LayerBase):
         key_padding_mask: Tensor | None,
         is_causal: bool,
         cache: CrossAttentionCache | None,
-    ) -> Tensor:
-        return cross_attend(
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        if need_weights:
+            if cache is not None:
+                raise ValueError("need_weights=True is for a whole target, not a cached step")
+            # asked of the module, as torch's MHA is: the engine picks the fastest backend
+            # that returns the weights (per head, before dropout)
+            return self.multihead_attn(
+                x,
+                memory,
+                memory,
+                attn_mask=attn_mask,
+                key_padding_mask=key_padding_mask,
+                need_weights=True,
+                average_attn_weights=False,
+                is_causal=is_causal,
+            )
+        out = cross_attend(
             self.multihead_attn,
             x,
             memory,
@@ -319,6 +335,7 @@ class TransformerDecoderLayer(_LayerBase):
             is_causal=is_causal,
             cache=cache,
         )
+        return out, None
 
     def forward(
         self,
@@ -333,22 +350,30 @@ class TransformerDecoderLayer(_LayerBase):
         *,
         cache: DecoderLayerCache | None = None,
         lengths: Tensor | None = None,
-    ) -> Tensor:
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """torch's forward; with ``cache``, ``tgt`` holds the next target tokens (causal over
-        the cached ones), and the memory's keys/values are projected on the first call only."""
+        the cached ones), and the memory's keys/values are projected on the first call only.
+        With ``need_weights`` (no cache) it returns ``(output, weights)``: the cross-attention
+        weights per head ``[N, H, L, S]``, before dropout."""
         x, memory = self._batch_first(tgt), self._batch_first(memory)
         self_cache = None if cache is None else cache.self_attn
         cross_cache = None if cache is None else cache.cross_attn
         sa = (tgt_mask, tgt_key_padding_mask, bool(tgt_is_causal), self_cache, lengths)
-        ca = (memory_mask, memory_key_padding_mask, memory_is_causal, cross_cache)
+        ca = (memory_mask, memory_key_padding_mask, memory_is_causal, cross_cache, need_weights)
         if self.norm_first:
             x = x + self.dropout1(self._self_attention(self.norm1(x), *sa))
-            x = x + self.dropout2(self._cross_attention(self.norm2(x), memory, *ca))
+            attended, weights = self._cross_attention(self.norm2(x), memory, *ca)
+            x = x + self.dropout2(attended)
             x = x + self.dropout3(self._ff_block(self.norm3(x)))
         else:
             x = self.norm1(x + self.dropout1(self._self_attention(x, *sa)))
-            x = self.norm2(x + self.dropout2(self._cross_attention(x, memory, *ca)))
+            attended, weights = self._cross_attention(x, memory, *ca)
+            x = self.norm2(x + self.dropout2(attended))
             x = self.norm3(x + self.dropout3(self._ff_block(x)))
+        if need_weights:
+            assert weights is not None
+            return self._batch_first(x), weights
         return self._batch_first(x)
 
 
@@ -432,12 +457,18 @@ class TransformerDecoder(nn.Module):
         *,
         caches: Sequence[DecoderLayerCache] | None = None,
         lengths: Tensor | None = None,
-    ) -> Tensor:
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """torch's forward; with ``need_weights`` it returns ``(output, weights)``: the last
+        layer's cross-attention weights per head ``[N, H, L, S]`` (the alignment a translation
+        model reads), before dropout."""
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"need one cache per layer ({len(self.layers)}), got {len(caches)}")
-        x = tgt
+        if need_weights and not self.layers:
+            raise ValueError("need_weights=True needs at least one decoder layer")
+        x, weights = tgt, None
         for i, layer in enumerate(self.layers):
-            x = layer(
+            out = layer(
                 x,
                 memory,
                 tgt_mask,
@@ -448,8 +479,14 @@ class TransformerDecoder(nn.Module):
                 memory_is_causal,
                 cache=None if caches is None else caches[i],
                 lengths=lengths,
+                need_weights=need_weights and i == len(self.layers) - 1,
             )
-        return x if self.norm is None else self.norm(x)
+            x, weights = out if isinstance(out, tuple) else (out, None)
+        x = x if self.norm is None else self.norm(x)
+        if need_weights:
+            assert weights is not None
+            return x, weights
+        return x
 
 
 class Transformer(nn.Module):
@@ -553,8 +590,10 @@ class Transformer(nn.Module):
         memory_is_causal: bool = False,
         *,
         caches: Sequence[DecoderLayerCache] | None = None,
-    ) -> Tensor:
-        """The decoder's output for ``tgt`` (the next target tokens when ``caches`` are given)."""
+        need_weights: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """The decoder's output for ``tgt`` (the next target tokens when ``caches`` are given);
+        with ``need_weights``, ``(output, weights)`` as :meth:`TransformerDecoder.forward`."""
         return self.decoder(
             tgt,
             memory,
@@ -565,6 +604,7 @@ class Transformer(nn.Module):
             tgt_is_causal,
             memory_is_causal,
             caches=caches,
+            need_weights=need_weights,
         )
 
     def forward(

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.core.engine import attention
+from attnkit.core.hooks import observed
 
 
 @dataclass(frozen=True)
@@ -154,10 +155,7 @@ class _GraphAttentionBase(nn.Module):
             edge_index = add_self_loops(edge_index, n)
         source, target = edge_index
         scores, messages = self._edge_scores(x, source, target)
-        # imported here: attnkit.interpret imports the mechanisms (a top-level import is circular)
-        from attnkit.interpret.intercept import sessions_active
-
-        if sessions_active():  # record / ablate are watching: go through the engine, which they see
+        if observed():  # attention hooks (record, ablate) watch: go through the engine they see
             out, weights = self._through_engine(scores, messages, edge_index, n)
         else:
             weights = segment_softmax(scores, target, n)  # α_ij over N(i)

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from attnkit.core.align import Align, Softmax, build_align
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
+from attnkit.core.hooks import runs_exact
 from attnkit.core.masks import causal as causal_mask
 from attnkit.core.scores import ScaledDot, Score, build_score
 from attnkit.taxonomy import QueryType
@@ -369,7 +370,12 @@ class MultiHeadAttention(nn.Module):
         weights exist to be recorded (``interpret.record``) or replaced (``evaluate.ablate``).
         An efficient kind (``attention="linear"``, ...) forms none, except while
         ``attnkit.layers.exact_kinds`` runs it as exact attention."""
-        return self._attend is attention
+        return self.current_kind() is attention
+
+    def current_kind(self) -> AttentionKind:
+        """The attention this module runs now: its kind, or exact attention inside
+        ``attnkit.layers.exact_kinds`` (a scope of this context, see :mod:`attnkit.core.hooks`)."""
+        return attention if runs_exact(self) else self._attend
 
     def extra_repr(self) -> str:
         return (
@@ -460,7 +466,7 @@ class MultiHeadAttention(nn.Module):
             k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], 2)
             v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], 2)
 
-        out = self._attend(  # eq. (39), every head at once
+        out = self.current_kind()(  # eq. (39), every head at once
             q,
             k,
             v,

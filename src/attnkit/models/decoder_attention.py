@@ -20,8 +20,8 @@ from torch import Tensor, nn
 
 from attnkit.core.align import Align, LocalMonotonic, LocalPredictive, Softmax
 from attnkit.core.engine import attention
+from attnkit.core.hooks import observed
 from attnkit.core.scores import Location, Score, build_score
-from attnkit.interpret.intercept import sessions_active
 
 SCORE_NAMES = ("additive", "concat", "dot", "general", "location")
 ALIGN_NAMES = ("global", "local_monotonic", "local_predictive")
@@ -87,7 +87,7 @@ class DecoderAttention(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """``(context [N, M, d_k], weights [N, M, S])`` for queries at target positions
         ``position … position + M - 1``; ``mask [N, S]`` is True on real source positions."""
-        if sessions_active():  # record / ablate are watching: go through the engine, which they see
+        if observed():  # attention hooks (record, ablate) watch: go through the engine they see
             return self._through_engine(query, values, mask, position)
         # Keys of zero length: only the query's transform is computed (the keys' is cached).
         query_features = self.score.features(query, values[:, :0])[0]

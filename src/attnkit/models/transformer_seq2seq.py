@@ -21,13 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.interpret.record import record
 from attnkit.layers.decoding import seq2seq_step
 from attnkit.layers.positional import SinusoidalPositionalEncoding
 from attnkit.layers.transformer import (
     Transformer,
     TransformerDecoder,
-    TransformerDecoderLayer,
     kind_attention,
 )
 from attnkit.models.inputs import check_batch
@@ -188,19 +186,19 @@ class TransformerSeq2Seq(nn.Module):
         """Teacher-forced logits and the last layer's cross-attention (class docstring)."""
         check_batch(source, source_lengths, target_in, vocab_sizes=self.vocab_sizes)
         memory, padding = self.encode(source, source_lengths)
-        last_layer = self._decoder().layers[-1]
-        assert isinstance(last_layer, TransformerDecoderLayer)
-        cross_attention = last_layer.multihead_attn
-        # Recorded inside the graph while training, so an alignment loss on the weights
-        # (supervised attention) has gradients.
-        with record(cross_attention, grad=torch.is_grad_enabled()) as recorder:
-            hidden = self.transformer.decode(
-                self._embed(self.target_embedding, target_in),
-                memory,
-                memory_key_padding_mask=padding,
-                tgt_is_causal=True,
-            )
-        weights = recorder[""].mean(1)  # [B, H, T, S] → [B, T, S]
+        # the last layer's cross-attention weights, asked of its module (as Hugging Face models
+        # do with output_attentions): in the autograd graph, so an alignment loss on them
+        # (supervised attention) has gradients
+        decoded = self.transformer.decode(
+            self._embed(self.target_embedding, target_in),
+            memory,
+            memory_key_padding_mask=padding,
+            tgt_is_causal=True,
+            need_weights=True,
+        )
+        assert isinstance(decoded, tuple)
+        hidden, per_head = decoded
+        weights = per_head.mean(1)  # [B, H, T, S] → [B, T, S]
         return Seq2SeqOutput(logits=self._head(hidden), weights=weights)
 
     def step_function(
