@@ -251,6 +251,9 @@ def attention(
         >>> out.context.shape, out.weights.shape
         (torch.Size([2, 4, 5, 32]), torch.Size([2, 4, 5, 7]))
     """
+    # The keyword signature is written out twice on purpose: here, as the documented public one
+    # (IDEs, type checkers, help()), and in ``prepare``, the one validator every path uses;
+    # tests/core/test_engine_signature.py keeps the two identical.
     call = prepare(
         q,
         k,

@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import attnkit
 from attnkit.core.align import Hard, masked_log_softmax
+from attnkit.core.engine import attention
 from attnkit.core.scores import Additive
 
 
@@ -126,7 +126,7 @@ class GlimpseClassifier(nn.Module):
         """
         a = self.annotations(images)
         h = self.query(a)
-        out = attnkit.attention(h, a, a, score=self.score, align=self.align, return_weights=True)
+        out = attention(h, a, a, score=self.score, align=self.align, return_weights=True)
         context = out.context.squeeze(1)  # ẑ [B, D]
         assert out.weights is not None
         log_prob = None if out.log_prob is None else out.log_prob.reshape(len(a))
