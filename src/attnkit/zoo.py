@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from attnkit import mechanisms as m
 from attnkit.core.align import ALIGNS, LocalPredictive, Reinforced
 from attnkit.core.general import GeneralAttention
 from attnkit.core.scores import SCORES, Additive, Location, build_score
@@ -48,8 +49,6 @@ def _align(name: str) -> nn.Module:
 
 def entries() -> list[Entry]:
     """Every mechanism, in the survey's order: general mechanisms, then feature-, then query-related."""
-    from attnkit import mechanisms as m
-
     out = [
         Entry(
             f"score: {name}", _first_line(SCORES.get(name)), lambda n=name: _score(n), "ak.scores"

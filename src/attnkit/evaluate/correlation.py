@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import torch
+from scipy import stats
 from torch import Tensor
 
 METHODS = ("spearman", "kendall")
@@ -29,8 +30,6 @@ def rank_correlation(weights: Tensor, human: Tensor, method: str = "spearman") -
         )
     if weights.shape[-1] < 2:
         raise ValueError(f"a rank correlation needs N >= 2 positions, got {weights.shape[-1]}")
-    from scipy import stats  # imported here: scipy.stats takes seconds to import
-
     a = weights.detach().double().cpu().reshape(-1, weights.shape[-1]).numpy()
     b = human.detach().double().cpu().reshape(-1, weights.shape[-1]).numpy()
     correlate = stats.spearmanr if method == "spearman" else stats.kendalltau

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import sacrebleu
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -31,8 +32,6 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequenc
                 f"each reference stream needs one sentence per hypothesis: {len(hypotheses)} "
                 f"hypotheses, {len(stream)} references"
             )
-    import sacrebleu  # imported here: only BLEU needs it
-
     return float(sacrebleu.corpus_bleu(list(hypotheses), streams).score)
 
 

@@ -11,21 +11,17 @@ Computed with networkx (Edmonds–Karp), one max-flow per (output, input) pair: 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+import networkx as nx
 import torch
+from networkx.algorithms.flow import edmonds_karp
 from torch import Tensor
 
 from attnkit.interpret.rollout import layer_maps
 
-if TYPE_CHECKING:
-    import networkx as nx
-
 
 def attention_graph(fused: Sequence[Tensor]) -> nx.DiGraph:
     """The layer graph of residual-augmented maps ``[L, L]`` (bottom first); nodes ``(l, i)``."""
-    import networkx as nx  # imported here: only flow needs it
-
     graph = nx.DiGraph()
     for layer, weights in enumerate(fused, start=1):
         w = weights.detach().double().cpu().tolist()
@@ -58,9 +54,6 @@ def attention_flow(
         ]
         return torch.stack(per_example)
     n_layers, length = len(fused), fused[0].shape[-1]
-    import networkx as nx
-    from networkx.algorithms.flow import edmonds_karp
-
     graph = attention_graph(fused)
     flow = torch.zeros(length, length, dtype=torch.float64)
     for i in range(length):

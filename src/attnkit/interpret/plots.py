@@ -11,13 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from torch import Tensor
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 
 def _matrix(weights: Tensor, what: str) -> list[list[float]]:
@@ -69,11 +67,7 @@ def draw_heatmap(
 
 
 def _new_figure(width: float, height: float) -> Figure:
-    # imported here: matplotlib is only needed for figures
-    from matplotlib import figure
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    fig = figure.Figure(figsize=(width, height))
+    fig = Figure(figsize=(width, height))
     FigureCanvasAgg(fig)
     return fig
 
