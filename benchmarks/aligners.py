@@ -2,8 +2,9 @@
 IBM Model 1 and fast_align's reparameterized IBM Model 2, each direction and symmetrized.
 
 Every aligner is trained (unsupervised, as statistical aligners are run) on the 100,970 training
-pairs plus the text of the 447 gold sentences, in ``attnkit.data.hansards``' normalisation — the
-data and tokenisation of IBM Model 1's row in docs/results.md. ``en→fr`` links each French word
+pairs plus the text of the 447 gold test sentences and of the 37 trial sentences (no links), in
+``attnkit.data.hansards``' normalisation — the data and tokenisation of IBM Model 1's row in
+docs/results.md, plus the trial text. ``en→fr`` links each French word
 to at most one English word, ``fr→en`` the reverse (its links turned into ``(english, french)``);
 the symmetrizations combine the two (``attnkit.data.symmetrize``). Printed per row: the AER of
 the development part (gold sentences 1-100, the only part used for choices) and of the test part
@@ -20,11 +21,13 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
 from attnkit.data import FastAlign, IBMModel1, load_hansards
 from attnkit.data.corpus import Example
+from attnkit.data.hansards import normalize_gold_token
 from attnkit.data.symmetrize import SYMMETRIZATIONS, transpose_links
 from attnkit.evaluate import corpus_alignment_error_rate
 
@@ -35,6 +38,18 @@ def aer(predicted: Sequence[set[tuple[int, int]]], examples: Sequence[Example]) 
     return corpus_alignment_error_rate(
         predicted, [e.sure for e in examples], [e.possible for e in examples]
     )
+
+
+def trial_pairs(root: Path) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The 37 trial sentence pairs' text, tokens normalised as the gold test sentences'."""
+    sides = [
+        (root / "gold" / name).read_text(encoding="utf-8").splitlines()
+        for name in ("trial.e", "trial.f")
+    ]
+    return [
+        (tuple(map(normalize_gold_token, e.split())), tuple(map(normalize_gold_token, f.split())))
+        for e, f in zip(*sides, strict=True)
+    ]
 
 
 def directions(
@@ -60,11 +75,12 @@ def directions(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default="../shared/data/hansards-en-fr")
+    parser.add_argument("--root", default="../shared/data/hansards-en-fr", type=Path)
     parser.add_argument("--iterations", type=int, default=5)
     args = parser.parse_args()
     data = load_hansards(args.root)
     pairs = [(e.source, e.target) for split in ("train", "valid", "test") for e in data[split]]
+    pairs += trial_pairs(args.root)
     valid, test = data["valid"], data["test"]
     gold = valid + test
     print(
