@@ -136,3 +136,32 @@ def test_symmetrized_attention_links_by_hand():
     assert symmetrized_attention_links(forward, backward, "grow-diag") == {(0, 0), (2, 1), (1, 1)}
     with pytest.raises(ValueError, match="same sentence pair"):
         symmetrized_attention_links(forward, backward[:2])
+
+
+def test_record_cross_attention_of_a_transformer():
+    from attnkit.evaluate import record_cross_attention
+    from attnkit.models import TransformerSeq2Seq
+
+    torch.manual_seed(0)
+    model = TransformerSeq2Seq(
+        11, 9, d_model=16, nhead=2, num_layers=3, dim_feedforward=32, max_length=16
+    ).eval()
+    source, lengths = torch.tensor([[4, 5, 6, 7, 3], [4, 8, 3, 0, 0]]), torch.tensor([5, 3])
+    target_in = torch.tensor([[2, 4, 5, 6], [2, 7, 8, 0]])  # BOS y0 y1 y2 (the EOS step's input y2)
+    with torch.no_grad():
+        out = model(source, lengths, target_in)
+    maps = record_cross_attention(
+        model,
+        lambda: model(source, lengths, target_in),
+        ["transformer.decoder.layers.*.multihead_attn"],
+    )
+    assert maps.shape == (2, 3, 2, 4, 5)  # [B, layers, heads, steps, S]
+    # The model's own weights are its last layer's cross-attention averaged over heads.
+    assert torch.allclose(maps[:, -1].mean(1), out.weights, atol=1e-6)
+    assert torch.allclose(maps.sum(-1), torch.ones(2, 3, 2, 4), atol=1e-5)
+    assert torch.all(maps[1, ..., 3:] == 0)  # the padded source words get no weight
+    assert decoder_step_rows(maps[0], 3).shape == (3, 2, 3, 5)
+    with pytest.raises(ValueError, match="no attention"):
+        record_cross_attention(
+            model, lambda: model(source, lengths, target_in), ["source_embedding"]
+        )
