@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.special import digamma
 
 from attnkit.data.ibm_model1 import NULL
@@ -53,7 +54,7 @@ TENSION_RATE = 20.0  # fast_align's step size, on the gradient averaged over tar
 TENSION_RANGE = (0.1, 14.0)  # fast_align clamps λ to this interval
 
 
-def diagonal_feature(i: np.ndarray, j: np.ndarray, m: np.ndarray, n: np.ndarray) -> np.ndarray:
+def diagonal_feature(i: ArrayLike, j: ArrayLike, m: ArrayLike, n: ArrayLike) -> np.ndarray:
     """``h(i, j, m, n) = -|i/m - j/n|`` (Dyer et al. 2013, §2): 0 on the diagonal, down to -1.
 
     Args:
@@ -74,9 +75,7 @@ def _geometric_sum(count: np.ndarray, ratio_log: np.ndarray) -> np.ndarray:
     return np.where(ratio_log == 0, count, np.expm1(count * safe) / np.expm1(safe))
 
 
-def diagonal_normalizer(
-    i: np.ndarray | int, m: np.ndarray | int, n: np.ndarray | int, tension: float
-) -> np.ndarray:
+def diagonal_normalizer(i: ArrayLike, m: ArrayLike, n: ArrayLike, tension: float) -> np.ndarray:
     """``Z_λ(i, m, n) = Σ_{j=1..n} exp(λ h(i, j, m, n))`` in closed form (Dyer et al. 2013, §2).
 
     With ``s = ⌊i n / m⌋`` the source positions ``j ≤ s`` lie below the diagonal and ``j > s``

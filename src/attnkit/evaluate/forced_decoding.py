@@ -44,7 +44,9 @@ def record_cross_attention(
     """
     if isinstance(modules, str) or not modules:
         raise ValueError(f"modules must be a non-empty list of names or patterns, got {modules!r}")
-    with torch.no_grad(), record(model, modules=list(modules)) as recorder:
+    # mypy takes the name for the submodule attnkit.interpret.record; the package exports the
+    # function under it (the public API this module is limited to).
+    with torch.no_grad(), record(model, modules=list(modules)) as recorder:  # type: ignore[operator]
         forward()
     names = recorder.keys()
     if not names:
