@@ -1,11 +1,14 @@
 """Parallel corpora for attention-based translation: tokenisation, vocabularies, the bundled
-Tatoeba English–French pairs, the Hansards alignment gold, reproducible batches, and an
-IBM Model 1 aligner for supervised-attention targets."""
+Tatoeba English–French pairs, the Hansards alignment gold, reproducible batches, and
+statistical aligners (IBM Model 1, fast_align) with symmetrization for supervised-attention
+targets."""
 
 from attnkit.data.batching import Batch, Batches, EncodedExample, collate, encode
 from attnkit.data.corpus import Example
+from attnkit.data.fast_align import FastAlign
 from attnkit.data.hansards import load_hansards
 from attnkit.data.ibm_model1 import IBMModel1
+from attnkit.data.symmetrize import symmetrize, transpose_links
 from attnkit.data.tatoeba import load_tatoeba
 from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.data.vocabulary import BOS, EOS, PAD, UNK, Vocabulary
@@ -19,6 +22,7 @@ __all__ = [
     "Batches",
     "EncodedExample",
     "Example",
+    "FastAlign",
     "IBMModel1",
     "Vocabulary",
     "collate",
@@ -26,5 +30,7 @@ __all__ = [
     "encode",
     "load_hansards",
     "load_tatoeba",
+    "symmetrize",
     "tokenize",
+    "transpose_links",
 ]
