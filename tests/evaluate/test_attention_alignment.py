@@ -139,7 +139,7 @@ def test_symmetrized_attention_links_by_hand():
 
 
 def test_record_cross_attention_of_a_transformer():
-    from attnkit.evaluate import record_cross_attention
+    from attnkit.interpret import record_cross_attention
     from attnkit.models import TransformerSeq2Seq
 
     torch.manual_seed(0)

@@ -31,7 +31,6 @@ from attnkit.evaluate.attention_alignment import (
 )
 from attnkit.evaluate.correctness import attention_correctness
 from attnkit.evaluate.correlation import rank_correlation
-from attnkit.evaluate.forced_decoding import record_cross_attention
 from attnkit.evaluate.metrics import accuracy, bleu, macro_f1, perplexity
 from attnkit.evaluate.supervised import supervised_attention_loss
 
@@ -59,7 +58,6 @@ __all__ = [
     "parse_pharaoh",
     "perplexity",
     "rank_correlation",
-    "record_cross_attention",
     "supervised_attention_loss",
     "symmetrize",
     "symmetrized_attention_links",

@@ -6,6 +6,7 @@ export and plots (survey §4.2.2, manual inspection of attention weights).
     >>> attnkit.interpret.attention_rollout(rec.maps())
 """
 
+from attnkit.interpret.cross_attention import record_cross_attention
 from attnkit.interpret.explain import explain_run
 from attnkit.interpret.export import to_bertviz
 from attnkit.interpret.flow import attention_flow
@@ -29,6 +30,7 @@ __all__ = [
     "plot_heads",
     "plot_heatmap",
     "record",
+    "record_cross_attention",
     "render_viewer",
     "residual_attention",
     "to_bertviz",

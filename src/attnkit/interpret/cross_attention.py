@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from attnkit.interpret import record
+from attnkit.interpret.record import record
 
 
 def record_cross_attention(
