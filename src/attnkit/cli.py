@@ -1,4 +1,8 @@
-"""The ``attnkit`` command."""
+"""The ``attnkit`` command.
+
+Parsing imports nothing heavy: ``attnkit --help``, ``attnkit --version`` and ``attnkit COMMAND
+--help`` answer without importing PyTorch; each command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
@@ -332,10 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # --help and --version end here, before torch
     from attnkit.checkpoint import CheckpointError
     from attnkit.distributed.process_group import PeerFailureError
 
-    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except (CheckpointError, PeerFailureError) as error:
