@@ -6,7 +6,6 @@ export and plots (survey §4.2.2, manual inspection of attention weights).
     >>> attnkit.interpret.attention_rollout(rec.maps())
 """
 
-from attnkit.interpret.explain import explain_run
 from attnkit.interpret.export import to_bertviz
 from attnkit.interpret.flow import attention_flow
 from attnkit.interpret.gradient import gradient_weighted_attention
@@ -21,7 +20,6 @@ __all__ = [
     "AttentionRecorder",
     "attention_flow",
     "attention_rollout",
-    "explain_run",
     "fuse_heads",
     "gradient_weighted_attention",
     "head_importance",
