@@ -83,8 +83,8 @@ class Vocabularies:
     ) -> Vocabularies:
         """Both vocabularies from the examples' sides (see :meth:`Vocabulary.build`)."""
         return cls(
-            Vocabulary.build((e.source for e in examples), min_freq, max_vocab),
-            Vocabulary.build((e.target for e in examples), min_freq, max_vocab),
+            Vocabulary.build((list(e.source) for e in examples), min_freq, max_vocab),
+            Vocabulary.build((list(e.target) for e in examples), min_freq, max_vocab),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.checkpoint import atomic_write
-from attnkit.config import ConfigError, RunConfig
+from attnkit.config import ConfigError, RNNModelConfig, RunConfig, TransformerModelConfig
 from attnkit.data.batching import Batch, Batches, encode
 from attnkit.data.corpus import Example, Vocabularies
 from attnkit.data.hansards import load_hansards, missing_files
@@ -67,7 +67,7 @@ def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
     """The model of ``config.model`` for these vocabularies (initialised from the global RNG)."""
     m = config.model
     sizes = (len(vocabularies.source), len(vocabularies.target))
-    if m.kind == "rnn":
+    if isinstance(m, RNNModelConfig):
         return RNNSeq2Seq(
             *sizes,
             style=m.style,
@@ -81,6 +81,8 @@ def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
             input_feeding=m.input_feeding,
             max_source_length=m.max_source_length,
         )
+    if not isinstance(m, TransformerModelConfig):
+        raise ValueError(f"model.kind: translation takes rnn or transformer, got {m.kind!r}")
     return TransformerSeq2Seq(
         *sizes,
         d_model=m.d_model,
