@@ -76,6 +76,7 @@ def test_every_kind_runs_inside_multi_head_attention() -> None:
     import torch
 
     import attnkit as ak
+
     torch.manual_seed(0)
     x = torch.randn(2, 10, 16)
     for kind in kind_names():

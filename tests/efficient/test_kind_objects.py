@@ -40,7 +40,11 @@ def _by_hand(mha: ak.MultiHeadAttention, kind, x: torch.Tensor, pad=None) -> tor
     def heads(t: torch.Tensor) -> torch.Tensor:
         return t.unflatten(-1, (H, E // H)).transpose(1, 2)
 
-    q, k, v = heads(F.linear(x, w_q, b_q)), heads(F.linear(x, w_k, b_k)), heads(F.linear(x, w_v, b_v))
+    q, k, v = (
+        heads(F.linear(x, w_q, b_q)),
+        heads(F.linear(x, w_k, b_k)),
+        heads(F.linear(x, w_v, b_v)),
+    )
     mask = None if pad is None else ~pad[:, None, None, :]
     context = kind(q, k, v, mask=mask).context
     return mha.out_proj(context.transpose(1, 2).flatten(2))
@@ -86,7 +90,9 @@ def test_a_configured_kind_in_an_encoder_layer_equals_the_kind_called_directly()
     expected = layer.norm2(expected + layer.linear2(F.relu(layer.linear1(expected))))
     torch.testing.assert_close(layer(x), expected, rtol=0, atol=1e-6)
     # window 2 is not the named kind's window 256: over 9 tokens the two differ
-    named = TransformerEncoderLayer(E, H, 32, dropout=0.0, batch_first=True, attention="sliding_window")
+    named = TransformerEncoderLayer(
+        E, H, 32, dropout=0.0, batch_first=True, attention="sliding_window"
+    )
     named.load_state_dict(layer.state_dict())
     named.eval()
     assert (named(x) - layer(x)).abs().max() > 1e-3
@@ -136,7 +142,10 @@ def test_state_dict_keys_of_named_kinds_are_unchanged(name) -> None:
     assert sorted(mha.state_dict()) == sorted(MHA_KEYS + KIND_KEYS.get(name, []))
     shapes = {k: tuple(v.shape) for k, v in mha.state_dict().items() if k.startswith("_attend.")}
     expected = {
-        "linformer": {"_attend.key_projection": (256, 4096), "_attend.value_projection": (256, 4096)},
+        "linformer": {
+            "_attend.key_projection": (256, 4096),
+            "_attend.value_projection": (256, 4096),
+        },
         "performer": {"_attend.projection": (256, E // H)},
         "synthesizer_random": {"_attend.r": (H, 4096, 4096)},
     }
@@ -181,7 +190,7 @@ def test_kinds_take_the_head_sizes_from_the_module() -> None:
     dense = ak.MultiHeadAttention(24, 3, head_dim_k=5, head_dim_v=7,
                                   attention=SynthesizerAttention("dense", 10))  # fmt: skip
     assert dense.state_dict()["_attend.w1"].shape == (3, 5, 5)
-    with pytest.raises(ValueError, match="head_dim=4.*head_dim_k=8"):
+    with pytest.raises(ValueError, match=r"head_dim=4.*head_dim_k=8"):
         ak.MultiHeadAttention(E, H, attention=PerformerAttention(head_dim=4))
     with pytest.raises(ValueError, match="num_heads=4"):
         ak.MultiHeadAttention(E, H, attention=SynthesizerAttention("random", 10, num_heads=4))

@@ -20,8 +20,8 @@ from attnkit.config import (
     known_attention_kinds,
     validate,
 )
-from attnkit.data.vocabulary import Vocabulary
 from attnkit.core.kinds import kind_names
+from attnkit.data.vocabulary import Vocabulary
 from attnkit.models.transformer_seq2seq import DECODER_KINDS, NOT_DECODER_KINDS
 from attnkit.run import Vocabularies, build_model, describe_model
 

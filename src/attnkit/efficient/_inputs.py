@@ -197,7 +197,9 @@ class EfficientKind(nn.Module):
         self.bound = (num_heads, head_dim_k, head_dim_v)
         return self
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: Unpack[KindOptions]) -> AttentionOutput:
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, **options: Unpack[KindOptions]
+    ) -> AttentionOutput:
         """Attend (the kind's algorithm) with the options of :class:`KindOptions`."""
         return self.attend(check_call(self.name, q, k, v, **options))
 

@@ -89,13 +89,15 @@ class LongformerAttention(EfficientKind):
     def attend(self, call: EfficientCall) -> AttentionOutput:
         call.require_self_attention(self.name)
         global_tokens = self.global_tokens
-        b, h, m, n = call.shape
+        b, h, _, n = call.shape
         if n == 0:
             return call.output(call.q.new_zeros(b, h, 0, call.v.shape[-1]))
         flags = _global_flags(global_tokens, b, n, call.q.device)  # [B, N]
         count = int(flags.sum(-1).max())
         # Global positions per batch element, padded with the out-of-range index n.
-        order = torch.sort((~flags).to(torch.int8), dim=-1, stable=True).indices[:, :count]  # [B, G]
+        order = torch.sort((~flags).to(torch.int8), dim=-1, stable=True).indices[
+            :, :count
+        ]  # [B, G]
         valid = flags.gather(-1, order)  # [B, G]
         positions = torch.where(valid, order, torch.full_like(order, n))
         safe = positions.clamp(max=n - 1)

@@ -202,7 +202,9 @@ class LSHAttention(EfficientKind):
 
         outputs, normalisers = [], []
         for _ in range(self.n_rounds):
-            rotations = torch.randn(d, max(1, n_buckets // 2), generator=generator).to(call.q.device)
+            rotations = torch.randn(d, max(1, n_buckets // 2), generator=generator).to(
+                call.q.device
+            )
             buckets = lsh_buckets(keys, n_buckets, rotations)  # [B, H, L]
             position = _sorted_slots(buckets, n_buckets, c, call.causal)  # [B, H, S]
             bucket = F.pad(buckets, (0, 1), value=n_buckets).gather(2, position)
@@ -220,7 +222,9 @@ class LSHAttention(EfficientKind):
             # back to positions: slot of each position (empty slots are never read)
             slot_of = torch.empty(b, h, length + 1, dtype=torch.long, device=call.q.device)
             slot_of.scatter_(
-                2, position, torch.arange(position.shape[-1], device=call.q.device).expand_as(position)
+                2,
+                position,
+                torch.arange(position.shape[-1], device=call.q.device).expand_as(position),
             )
             slot_of = slot_of[..., :length]
             outputs.append(gather(out, slot_of))

@@ -28,12 +28,11 @@ Einsum letters: B batch, H heads, n query block, t query in block, s key in band
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-
-from typing import TYPE_CHECKING
 
 from attnkit.core.call import AttentionOutput
 from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int

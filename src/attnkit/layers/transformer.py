@@ -100,9 +100,7 @@ def _attention_module(
     )
 
 
-def kind_attention(
-    kind: str | AttentionKind, d_model: int, nhead: int
-) -> str | MultiHeadAttention:
+def kind_attention(kind: str | AttentionKind, d_model: int, nhead: int) -> str | MultiHeadAttention:
     """An attention kind as a layer's ``attention`` argument.
 
     ``"exact"`` stays a name, so the layer builds its attention as before (torch's, with the
@@ -120,9 +118,11 @@ def kind_attention(
 
 
 class _LayerBase(nn.Module):
-    """What encoder and decoder layers share: the feed-forward block, layout and options."""
+    """What encoder and decoder layers share: their construction, the feed-forward block,
+    layout and options."""
 
     self_attn: MultiHeadAttention
+    multihead_attn: MultiHeadAttention
     rotary: Rotary | None
     position_bias: PositionBias | None
     activation: Callable[[Tensor], Tensor]
@@ -133,9 +133,10 @@ class _LayerBase(nn.Module):
     dropout2: nn.Dropout
     dropout3: nn.Dropout
 
-    def _common(
+    def __init__(
         self,
         d_model: int,
+        nhead: int,
         dim_feedforward: int,
         dropout: float,
         activation: Activation,
@@ -143,9 +144,31 @@ class _LayerBase(nn.Module):
         batch_first: bool,
         norm_first: bool,
         bias: bool,
-        factory: dict[str, Any],
-        norms: int,
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+        *,
+        attention: AttentionSpec,
+        cross_attention: AttentionSpec | None,
+        score: str | Score | Sequence[str | Score],
+        align: str | Align,
+        num_kv_heads: int | None,
+        rotary: Rotary | None,
+        position_bias: PositionBias | None,
     ) -> None:
+        """The parts of both layers: ``self_attn``, (decoder) ``multihead_attn`` when
+        ``cross_attention`` is given, the feed-forward block and its norms."""
+        super().__init__()
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
+        self.self_attn = _attention_module(
+            attention, d_model, nhead, dropout, bias, factory, "Self-Attentive", **options
+        )
+        norms = 2
+        if cross_attention is not None:
+            self.multihead_attn = _attention_module(
+                cross_attention, d_model, nhead, dropout, bias, factory, "Basic", **options
+            )
+            norms = 3
         self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
@@ -156,6 +179,7 @@ class _LayerBase(nn.Module):
             )
             setattr(self, f"dropout{i}", nn.Dropout(dropout))
         self.activation = _activation(activation)
+        self.rotary, self.position_bias = rotary, position_bias
 
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
@@ -235,17 +259,14 @@ class TransformerEncoderLayer(_LayerBase):
         rotary: Rotary | None = None,
         position_bias: PositionBias | None = None,
     ) -> None:
-        super().__init__()
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
-        self.self_attn = _attention_module(
-            attention, d_model, nhead, dropout, bias, factory, "Self-Attentive", **options
-        )
-        self._common(
-            d_model, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-            norm_first, bias, factory, norms=2,
+        # torch's signature, written out (positional order included) so that help() and type
+        # checkers show it; the decoder layer repeats it with cross_attention. The body is shared.
+        super().__init__(
+            d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+            norm_first, bias, device, dtype, attention=attention, cross_attention=None,
+            score=score, align=align, num_kv_heads=num_kv_heads, rotary=rotary,
+            position_bias=position_bias,
         )  # fmt: skip
-        self.rotary, self.position_bias = rotary, position_bias
 
     def forward(
         self,
@@ -300,20 +321,13 @@ class TransformerDecoderLayer(_LayerBase):
         rotary: Rotary | None = None,
         position_bias: PositionBias | None = None,
     ) -> None:
-        super().__init__()
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
-        self.self_attn = _attention_module(
-            attention, d_model, nhead, dropout, bias, factory, "Self-Attentive", **options
-        )
-        self.multihead_attn = _attention_module(
-            cross_attention, d_model, nhead, dropout, bias, factory, "Basic", **options
-        )
-        self._common(
-            d_model, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-            norm_first, bias, factory, norms=3,
+        # torch's signature (see TransformerEncoderLayer.__init__); the body is shared
+        super().__init__(
+            d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+            norm_first, bias, device, dtype, attention=attention,
+            cross_attention=cross_attention, score=score, align=align,
+            num_kv_heads=num_kv_heads, rotary=rotary, position_bias=position_bias,
         )  # fmt: skip
-        self.rotary, self.position_bias = rotary, position_bias
 
     def _cross_attention(
         self,

@@ -31,6 +31,7 @@ from attnkit.core.masks import causal as causal_mask
 from attnkit.core.scores import ScaledDot, Score, build_score
 from attnkit.taxonomy import QueryType
 
+
 class HeadwiseScore(Score):
     """One score function per head: head ``j`` is scored by ``scores[j]`` (eq. 38-39).
 
