@@ -42,9 +42,14 @@ class AttentionKind(Protocol):
             so its weights exist to be recorded or replaced (only ``"exact"``).
     """
 
-    name: str
-    taxonomy: Mapping[str, Any] | None
-    forms_weights: bool
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def taxonomy(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def forms_weights(self) -> bool: ...
 
     def bind(self, num_heads: int, head_dim_k: int, head_dim_v: int) -> AttentionKind:
         """The kind a module with these head sizes runs (normally ``self``, now sized)."""

@@ -1,4 +1,7 @@
-"""Checks and normalisation shared by every efficient attention kind.
+"""What every efficient attention kind shares: its base class and its one input check.
+
+:class:`EfficientKind` is the base (an :class:`~attnkit.core.kinds.AttentionKind`): its ``forward``
+runs :func:`check_call` once and hands the checked :class:`EfficientCall` to the kind's ``attend``.
 
 Each kind takes attnkit's call conventions (``q [B, H, M, d]``, ``k [B, H_kv, N, d]``,
 ``v [B, H_kv, N, d_v]`` or 3-D without the head axis; bool masks with ``True`` = may attend;

@@ -380,7 +380,7 @@ class TransformerDecoderLayer(_LayerBase):
         return self._batch_first(x)
 
 
-def _copy_kind(spec: object) -> object:
+def _copy_kind(spec: Any) -> Any:
     """A copy of an attention kind object (other layer options as they are)."""
     return copy.deepcopy(spec) if isinstance(spec, AttentionKind) else spec
 
