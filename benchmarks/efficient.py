@@ -4,8 +4,8 @@
     python benchmarks/efficient.py            # n = 1024, 4096, 16384, 32768; H = 8, d = 64, fp32
     python benchmarks/efficient.py --quick    # n = 256, 1024, one repetition: checks the script
 
-Each kind runs with the hyperparameters of its registered name (``attention="NAME"``, see
-src/attnkit/efficient/registry.py); Linformer and Synthesizer, whose registered modules have a
+Each kind runs with the hyperparameters of its registered name (``attention="NAME"``: the kind
+class's defaults, see src/attnkit/efficient/registry.py); Linformer and Synthesizer, whose registered modules have a
 fixed maximum length, are built with ``max_length = n``. Times are medians of interleaved
 repetitions in one run (A, B, C, A, B, C, …; see common.py), so compare ratios, never absolute
 times across runs; memory is the peak RSS (VmHWM) of a fresh process running one forward+backward,
@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 
 import attnkit as ak
-from attnkit.efficient import registry
+from attnkit.core.kinds import create_kind
 from attnkit.efficient.linformer import LinformerAttention
+from attnkit.efficient.performer import PerformerAttention
 from attnkit.efficient.synthesizer import SynthesizerAttention
 
 HERE = Path(__file__).resolve()
@@ -63,8 +64,8 @@ class Kind:
 
 
 def _registered(name: str) -> Callable[[int], Callable[..., torch.Tensor]]:
-    fn = registry.EFFICIENT_KINDS[name]
-    return lambda n: lambda q, k, v, causal: fn(q, k, v, causal=causal).context
+    kind = create_kind(name)
+    return lambda n: lambda q, k, v, causal: kind(q, k, v, causal=causal).context
 
 
 def _module(make: Callable[[int], torch.nn.Module]) -> Callable[[int], Callable[..., torch.Tensor]]:
@@ -91,12 +92,12 @@ KINDS = [
     Kind("longformer", _registered("longformer"), "O(n)"),
     Kind("bigbird", _registered("bigbird"), "O(n)"),
     Kind("linear", _registered("linear"), "O(n)"),
-    Kind("performer", _module(lambda n: registry.MODULE_KINDS["performer"](HEADS, D, D)), "O(n)"),
+    Kind("performer", _module(lambda n: PerformerAttention(D)), "O(n)"),
     Kind("nystrom", _registered("nystrom"), "O(n)", causal=False),
     Kind("lsh", _registered("lsh"), "O(n log n)"),
     Kind(
         "linformer",
-        _module(lambda n: LinformerAttention(n, registry.DEFAULT_PROJECTED_LENGTH)),
+        _module(lambda n: LinformerAttention(max_length=n)),
         "O(n)",
         causal=False,
     ),
@@ -108,12 +109,14 @@ KINDS = [
     ),
 ]
 BY_NAME = {kind.name: kind for kind in KINDS}
+_DEFAULT = {name: create_kind(name) for name in ("sliding_window", "bigbird", "performer",
+            "nystrom", "lsh", "linformer")}  # fmt: skip
 SETTINGS = (
-    f"window {registry.DEFAULT_WINDOW} (Longformer: + the first token global), BigBird blocks of "
-    f"{registry.DEFAULT_BLOCK} (3 window, 1 global, 2 random), Performer "
-    f"{registry.DEFAULT_FEATURES} features, Nyström {registry.DEFAULT_LANDMARKS} landmarks, LSH "
-    f"chunks of {registry.DEFAULT_BUCKET_SIZE} with 1 round, Linformer k = "
-    f"{registry.DEFAULT_PROJECTED_LENGTH}, dense Synthesizer (hidden = d)"
+    f"window {_DEFAULT['sliding_window'].window} (Longformer: + the first token global), BigBird "
+    f"blocks of {_DEFAULT['bigbird'].block} (3 window, 1 global, 2 random), Performer "
+    f"{_DEFAULT['performer'].num_features} features, Nyström {_DEFAULT['nystrom'].landmarks} "
+    f"landmarks, LSH chunks of {_DEFAULT['lsh'].bucket_size} with 1 round, Linformer k = "
+    f"{_DEFAULT['linformer'].projected_length}, dense Synthesizer (hidden = d)"
 )
 
 

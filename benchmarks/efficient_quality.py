@@ -57,10 +57,10 @@ import common
 
 import attnkit as ak
 import attnkit.efficient  # registers the kinds with MultiHeadAttention
+from attnkit.core.kinds import kind_names
 from attnkit.data import listops
 from attnkit.data.associative_recall import IGNORE, multiquery_associative_recall
 from attnkit.efficient.synthesizer import SynthesizerAttention
-from attnkit.mechanisms import multi_head
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = (
@@ -92,20 +92,14 @@ LRA_LISTOPS = {
 }
 
 
-def sized_kind(kind: str, max_len: int) -> str:
-    """The registered name to build ``kind`` with. The registered ``synthesizer_dense`` maps each
-    query to ``DEFAULT_MAX_LENGTH = 4096`` scores and slices them; here it is built for the task's
-    own longest input (a kind registered under its own name), so it does not pay for 4096."""
+def sized_kind(kind: str, max_len: int) -> str | SynthesizerAttention:
+    """What to build ``kind`` with: its registered name, except ``synthesizer_dense``, whose
+    registered default maps each query to 4096 scores and slices them; here it is a kind object
+    configured for the task's own longest input, so it does not pay for 4096 (a new object per
+    call: one per module)."""
     if kind != "synthesizer_dense":
         return kind
-    name = f"synthesizer_dense(max_length={max_len})"
-    if name not in multi_head.ATTENTION_FACTORIES:
-
-        def factory(num_heads: int, head_dim_k: int, head_dim_v: int) -> nn.Module:
-            return SynthesizerAttention("dense", max_len, num_heads, head_dim_k)
-
-        multi_head.register_attention_kind(name, factory, factory=True)
-    return name
+    return SynthesizerAttention("dense", max_len)
 
 
 class PreNormLayer(nn.Module):
@@ -142,14 +136,13 @@ class Encoder(nn.Module):
         self.tokens = nn.Embedding(vocab, d_model)
         self.positions = nn.Embedding(max_len, d_model)
         self.norm = nn.LayerNorm(d_model)
-        attention = sized_kind(attention, max_len)
         # each layer from its own seed: every kind starts from the same embeddings, readout and
         # feed-forward weights, whatever parameters the attention kind of the layer before drew
         seed = int(torch.randint(2**31, ()))
         layers = []
         for i in range(2):
             torch.manual_seed(seed + i)
-            layers.append(PreNormLayer(d_model, heads, attention))
+            layers.append(PreNormLayer(d_model, heads, sized_kind(attention, max_len)))
         self.layers = nn.ModuleList(layers)
 
     def forward(self, tokens: Tensor, padding: Tensor | None, causal: bool = False) -> Tensor:
@@ -405,7 +398,7 @@ def main() -> None:
     if not 0 < args.minutes <= 10:
         raise SystemExit(f"--minutes must be in (0, 10] (the issue's budget), got {args.minutes}")
     kinds = args.kinds.split(",")
-    registered = {*multi_head.ATTENTION_KINDS, *multi_head.ATTENTION_FACTORIES}
+    registered = set(kind_names())
     unknown = [k for k in kinds if k not in registered]
     if unknown:
         raise SystemExit(f"unknown attention kinds {unknown}; expected some of {KINDS}")

@@ -314,7 +314,9 @@ def test_the_zoo_describes_every_registered_score_alignment_and_mechanism(capsys
     names = {e.name for e in entries()}
     assert {f"score: {n}" for n in ak.scores.SCORES.names()} <= names
     assert {f"align: {n}" for n in ak.align.ALIGNS.names()} <= names
-    assert set(m.__all__) >= {n for n in names if not n.startswith(("score:", "align:", "General"))}
+    assert {f"attention kind: {n}" for n in ak.core.kinds.kind_names()} <= names
+    prefixes = ("score:", "align:", "attention kind:", "General")
+    assert set(m.__all__) >= {n for n in names if not n.startswith(prefixes)}
     assert cli_main(["zoo"]) == 0
     out = capsys.readouterr().out
     assert "LCR-Rot-hop" in out

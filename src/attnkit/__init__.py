@@ -13,11 +13,6 @@ X``, ``ak.X`` and ``import attnkit.X`` work as with eager imports.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import sys
-from collections.abc import Sequence
-from importlib.machinery import ModuleSpec
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -64,26 +59,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _MechanismsBeforeLayers(importlib.abc.MetaPathFinder):
-    """TEMPORARY (issue 17 item 4): ``attnkit.mechanisms`` still imports ``attnkit.layers``
-    (``mechanisms/latent.py``) while ``attnkit.layers`` imports ``attnkit.mechanisms``, so
-    ``import attnkit.layers`` only works once ``attnkit.mechanisms`` is initialised. The eager
-    ``__init__`` did that by accident of its import order; now that it is lazy, this finder
-    initialises ``attnkit.mechanisms`` first. It finds nothing itself (returns ``None``).
-    Delete it once mechanisms no longer imports layers."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if fullname == "attnkit.layers" and "attnkit.mechanisms" not in sys.modules:
-            importlib.import_module("attnkit.mechanisms")
-        return None
-
-
-if not any(isinstance(finder, _MechanismsBeforeLayers) for finder in sys.meta_path):
-    sys.meta_path.insert(0, _MechanismsBeforeLayers())
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, eagerly

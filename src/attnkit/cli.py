@@ -110,6 +110,9 @@ def _info(args: argparse.Namespace) -> int:
         f"machine: {platform.machine()}, {torch.get_num_threads()} threads, "
         f"CPU capability {torch.backends.cpu.get_cpu_capability()}"
     )
+    from attnkit.core.kinds import kind_names
+
+    print(f"attention kinds (MultiHeadAttention(attention=...)): {', '.join(kind_names())}")
     d = args.dim
     if args.score == "location":
         score = Location(d, args.keys)

@@ -95,9 +95,9 @@ def known_attention_kinds() -> list[str]:
     """The attention kinds ``ak.MultiHeadAttention(attention=...)`` runs: ``exact`` and every
     registered kind (the efficient ones of ``attnkit.efficient``)."""
     import attnkit.efficient  # noqa: F401  (registers the efficient kinds)
-    from attnkit.mechanisms.multi_head import ATTENTION_FACTORIES, ATTENTION_KINDS
+    from attnkit.core.kinds import kind_names
 
-    return [*ATTENTION_KINDS, *ATTENTION_FACTORIES]
+    return kind_names()
 
 
 def _check_attention_kind(key: str, kind: str) -> None:

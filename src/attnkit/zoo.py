@@ -14,6 +14,7 @@ from torch import nn
 from attnkit import mechanisms as m
 from attnkit.core.align import ALIGNS, LocalPredictive, Reinforced
 from attnkit.core.general import GeneralAttention
+from attnkit.core.kinds import create_kind, kind_names
 from attnkit.core.scores import SCORES, Additive, Location, build_score
 from attnkit.taxonomy import TaxonomyRow, describe
 
@@ -100,6 +101,15 @@ def entries() -> list[Entry]:
     out += [
         Entry(cls.__name__, _first_line(cls), build, f"{cls.__module__}.{cls.__name__}")
         for cls, build in mechanisms
+    ]
+    out += [
+        Entry(
+            f"attention kind: {name}",
+            _first_line(type(create_kind(name))),
+            lambda n=name: m.MultiHeadAttention(8, 2, attention=n),
+            f"ak.MultiHeadAttention(attention={name!r})",
+        )
+        for name in kind_names()
     ]
     return out
 

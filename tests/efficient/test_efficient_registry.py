@@ -1,4 +1,4 @@
-"""The efficient kinds are registered with MultiHeadAttention and carry their taxonomy."""
+"""The efficient kinds are registered in the one kind registry and carry their taxonomy."""
 
 from __future__ import annotations
 
@@ -6,16 +6,24 @@ import pytest
 import torch
 
 import attnkit as ak
-from attnkit.efficient import EFFICIENT_KINDS, MODULE_KINDS, register_efficient_kinds
-from attnkit.mechanisms.multi_head import ATTENTION_KINDS
+from attnkit.core.kinds import create_kind, kind_names
+from attnkit.efficient import register_efficient_kinds
 from attnkit.taxonomy import parse_place
+
+EFFICIENT = [name for name in kind_names() if name != "exact"]
+#: the kinds with state of their own (parameters, or Performer's random features)
+MODULE_KINDS = ["linformer", "performer", "synthesizer_dense", "synthesizer_random"]
 
 
 def test_every_kind_is_registered_once() -> None:
     assert register_efficient_kinds() == []  # idempotent: the import registered them
-    for name, fn in EFFICIENT_KINDS.items():
-        assert ATTENTION_KINDS[name] is fn
-        parse_place(fn.taxonomy)  # a valid declaration
+    assert kind_names()[0] == "exact" and len(set(kind_names())) == len(kind_names())
+    assert len(EFFICIENT) == 10
+    for name in EFFICIENT:
+        kind = create_kind(name)
+        assert kind.name == name and not kind.forms_weights
+        parse_place(kind.taxonomy)  # a valid declaration
+        assert create_kind(name) is not kind  # a new object per module
 
 
 @pytest.mark.parametrize("name", ["sliding_window", "longformer", "bigbird"])
@@ -32,7 +40,7 @@ def test_restricted_kinds_are_exact_on_short_inputs(name: str) -> None:
     assert (out - expected).abs().max().item() <= 1e-5
 
 
-@pytest.mark.parametrize("name", [*EFFICIENT_KINDS, *MODULE_KINDS])
+@pytest.mark.parametrize("name", EFFICIENT)
 def test_every_kind_runs_in_multi_head_attention(name: str) -> None:
     torch.manual_seed(0)
     mha = ak.MultiHeadAttention(32, 4, batch_first=True, attention=name)
@@ -46,9 +54,9 @@ def test_every_kind_runs_in_multi_head_attention(name: str) -> None:
     assert torch.isfinite(x.grad).all()
 
 
-@pytest.mark.parametrize("name", list(MODULE_KINDS))
+@pytest.mark.parametrize("name", MODULE_KINDS)
 def test_module_kinds_build_per_instance(name: str) -> None:
-    module = MODULE_KINDS[name](4, 8, 8)
+    module = create_kind(name).bind(4, 8, 8)
     assert module.state_dict()  # its parameters or random features are saved with the model
     q = torch.randn(2, 4, 30, 8)
     assert module(q, q, q).context.shape == (2, 4, 30, 8)
@@ -68,15 +76,14 @@ def test_every_kind_runs_inside_multi_head_attention() -> None:
     import torch
 
     import attnkit as ak
-    from attnkit.mechanisms.multi_head import ATTENTION_FACTORIES, ATTENTION_KINDS
 
     torch.manual_seed(0)
     x = torch.randn(2, 10, 16)
-    for kind in [*ATTENTION_KINDS, *ATTENTION_FACTORIES]:
+    for kind in kind_names():
         mha = ak.MultiHeadAttention(16, 2, attention=kind, batch_first=True)
         out, _ = mha(x, x, x, need_weights=False)
         assert out.shape == (2, 10, 16) and torch.isfinite(out).all(), kind
         own = [k for k in mha.state_dict() if k.startswith("_attend.")]
-        assert bool(own) == (kind in ATTENTION_FACTORIES), (kind, own)
+        assert bool(own) == (kind in MODULE_KINDS), (kind, own)
         out.sum().backward()
         assert all(p.grad is not None for p in mha.parameters() if p.requires_grad), kind

@@ -280,8 +280,9 @@ def test_bad_input():
     with pytest.raises(ValueError, match="d_v = d_f"):
         capsule_loss(other, torch.tensor([0, 1, 2]))
     empty = CapsuleOutput(
-        *(t[:0] for t in (out.context, out.probabilities)),
-        out.reconstructions[:0],
-        out.feature_mean[:0],
+        context=out.context[:0],
+        probabilities=out.probabilities[:0],
+        reconstructions=out.reconstructions[:0],
+        feature_mean=out.feature_mean[:0],
     )
     assert float(capsule_loss(empty, torch.zeros(0, dtype=torch.long)).detach()) == 0.0

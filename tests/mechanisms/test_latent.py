@@ -163,3 +163,18 @@ def test_bad_input_names_expected_and_given() -> None:
         enc(torch.randn(2, 9, 3), torch.ones(2, 8, dtype=torch.bool))
     with pytest.raises(ValueError, match="num_latents must be a positive int, got 0"):
         PerceiverEncoder(3, 8, 0)
+
+
+def test_the_latent_layer_equals_torchs_pre_norm_encoder_layer() -> None:
+    """The latent self-attention layer is a pre-LayerNorm GELU Transformer layer: torch's own,
+    with the same parameter names (so its weights load as they are)."""
+    from attnkit.mechanisms.latent import LatentSelfAttention
+
+    torch.manual_seed(0)
+    reference = torch.nn.TransformerEncoderLayer(
+        8, 2, 12, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+    ).double()
+    layer = LatentSelfAttention(8, 2, 12).double()
+    layer.load_state_dict(reference.state_dict())
+    z = torch.randn(3, 5, 8, dtype=torch.float64)
+    torch.testing.assert_close(layer(z), reference(z))

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor, nn
 
 import attnkit as ak
-from attnkit.mechanisms.multi_head import ATTENTION_KINDS, HeadwiseScore, MultiHeadAttention
+from attnkit.core.kinds import kind_names
+from attnkit.mechanisms.multi_head import HeadwiseScore, MultiHeadAttention
 
 F32, F64 = torch.float32, torch.float64
 E, H = 16, 4
@@ -585,7 +586,7 @@ def test_bad_construction(kwargs, message):
         MultiHeadAttention(E, H, **kwargs)
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(10, 4)
-    assert "exact" in ATTENTION_KINDS
+    assert "exact" in kind_names()
 
 
 def test_own_head_sizes_do_not_need_divisibility():

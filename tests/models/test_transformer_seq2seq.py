@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import attnkit as ak
-from attnkit.efficient import MODULE_KINDS
+from attnkit.core.kinds import kind_names
 from attnkit.layers.decoding import greedy
 from attnkit.layers.transformer import Transformer, kind_attention
 from attnkit.models import TransformerSeq2Seq
@@ -123,7 +123,7 @@ def test_bad_input() -> None:
 
 # --- efficient attention kinds (attnkit.efficient) in the encoder and the decoder ----------------
 
-ENCODER_KINDS = [*ak.mechanisms.multi_head.ATTENTION_KINDS, *MODULE_KINDS]
+ENCODER_KINDS = kind_names()
 
 
 def test_each_kind_reaches_the_attention_it_names() -> None:

@@ -20,8 +20,8 @@ from attnkit.config import (
     known_attention_kinds,
     validate,
 )
+from attnkit.core.kinds import kind_names
 from attnkit.data.vocabulary import Vocabulary
-from attnkit.mechanisms.multi_head import ATTENTION_FACTORIES, ATTENTION_KINDS
 from attnkit.models.transformer_seq2seq import DECODER_KINDS, NOT_DECODER_KINDS
 from attnkit.run import Vocabularies, build_model, describe_model
 
@@ -37,7 +37,7 @@ def _raw(model: dict, **keys: str) -> dict:
 
 def test_the_known_kinds_are_the_registered_ones():
     known = known_attention_kinds()
-    assert known == [*ATTENTION_KINDS, *ATTENTION_FACTORIES] and known[0] == "exact"
+    assert known == kind_names() and known[0] == "exact"
     assert {"sliding_window", "linear", "performer", "nystrom", "lsh", "linformer"} <= set(known)
     for kind in known:  # every kind is accepted where nothing restricts it
         assert validate(_raw(VIT, attention=kind)).model.attention == kind

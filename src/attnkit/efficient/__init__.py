@@ -3,8 +3,10 @@ Linformer, Nyström, LSH (Reformer), and Synthesizer.
 
 Every kind takes attnkit's call conventions (``q [B, H, M, d]``, ``k``/``v [B, H_kv, N, ·]`` or
 3-D; bool masks with True = may attend; bottom-right ``causal``) and returns an
-:class:`attnkit.AttentionOutput`. Importing this package registers the kinds with
-:class:`attnkit.MultiHeadAttention` (``attention="linear"``, ...); see ``registry.py`` and
+:class:`attnkit.AttentionOutput`. Each is a class (a configured kind object for
+``MultiHeadAttention(attention=...)``, e.g. ``LinformerAttention(max_length=8192)``) and a function
+of the same algorithm. Importing this package registers their names in the one attention-kind
+registry (:mod:`attnkit.core.kinds`: ``attention="linear"``, ...); see ``registry.py`` and
 docs/efficient.md.
 """
 
@@ -25,19 +27,13 @@ from attnkit.efficient.performer import (
     performer_attention,
     redraw_performer_features,
 )
-from attnkit.efficient.registry import (
-    EFFICIENT_KINDS,
-    MODULE_KINDS,
-    register_efficient_kinds,
-)
+from attnkit.efficient.registry import register_efficient_kinds
 from attnkit.efficient.sliding_window import SlidingWindowAttention, sliding_window_attention
 from attnkit.efficient.synthesizer import SynthesizerAttention
 
 register_efficient_kinds()
 
 __all__ = [
-    "EFFICIENT_KINDS",
-    "MODULE_KINDS",
     "BigBirdAttention",
     "LSHAttention",
     "LinearAttention",

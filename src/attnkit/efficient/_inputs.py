@@ -1,4 +1,7 @@
-"""Checks and normalisation shared by every efficient attention kind.
+"""What every efficient attention kind shares: its base class and its one input check.
+
+:class:`EfficientKind` is the base (an :class:`~attnkit.core.kinds.AttentionKind`): its ``forward``
+runs :func:`check_call` once and hands the checked :class:`EfficientCall` to the kind's ``attend``.
 
 Each kind takes attnkit's call conventions (``q [B, H, M, d]``, ``k [B, H_kv, N, d]``,
 ``v [B, H_kv, N, d_v]`` or 3-D without the head axis; bool masks with ``True`` = may attend;
@@ -12,14 +15,19 @@ additive float masks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnkit.core.align import Align, Softmax
 from attnkit.core.call import AttentionOutput, prepare
 from attnkit.core.scores import Dot, ScaledDot, Score
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 @dataclass(frozen=True)
@@ -34,11 +42,21 @@ class EfficientCall:
     causal: bool
     scale: float
     three_d: bool
+    return_weights: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
         b, h, m, _ = self.q.shape
         return b, h, m, self.k.shape[-2]
+
+    def require_self_attention(self, kind: str) -> None:
+        """Kinds whose pattern is laid over one sequence need ``M == N``."""
+        _, _, m, n = self.shape
+        if m != n:
+            raise ValueError(
+                f"{kind} attention is self-attention: queries and keys must have one length, "
+                f"got M={m}, N={n}"
+            )
 
     def key_mask(self, kind: str) -> Tensor | None:
         """The mask as a key-padding mask ``[B', H', 1, N]`` (bool); kinds that never form the
@@ -52,9 +70,38 @@ class EfficientCall:
             )
         return self.mask[..., :1, :]
 
-    def output(self, context: Tensor) -> AttentionOutput:
-        """``context [B, H, M, d_v]`` in the user's shapes."""
-        return AttentionOutput(context=context.squeeze(1) if self.three_d else context)
+    def output(self, context: Tensor, weights: Tensor | None = None) -> AttentionOutput:
+        """``context [B, H, M, d_v]`` (and ``weights [B, H, M, ·]`` when the call asked for
+        them) in the user's shapes."""
+        weights = weights if self.return_weights else None
+        if self.three_d:
+            context = context.squeeze(1)
+            weights = None if weights is None else weights.squeeze(1)
+        return AttentionOutput(context=context, weights=weights)
+
+
+class KindOptions(TypedDict, total=False):
+    """The keywords every efficient kind takes (those :class:`attnkit.MultiHeadAttention` passes
+    to its attention kind), with :func:`attnkit.attention`'s meaning:
+
+    - ``mask``: bool (True = may attend) or float of 0 and -inf, broadcastable to
+      ``[B, H, M, N]`` (kinds that never form the query-key matrix: key padding only);
+    - ``causal``: bottom-right causal masking;
+    - ``scale``: multiplies ``q·k`` (default ``1/sqrt(d)`` for ``scaled_dot``);
+    - ``score``, ``align``: ``"scaled_dot"``/``"dot"`` and ``"softmax"`` only (the kinds
+      approximate or restrict ``softmax(q·k)``);
+    - ``score_mod``: must be None; ``dropout``: must be 0;
+    - ``return_weights``: the weights where the kind forms them, else ignored (``None``).
+    """
+
+    mask: Tensor | None
+    causal: bool
+    scale: float | None
+    score: str | Score | None
+    align: str | Align | None
+    score_mod: object | None
+    dropout: float
+    return_weights: bool
 
 
 def check_call(
@@ -63,14 +110,22 @@ def check_call(
     k: Tensor,
     v: Tensor,
     *,
-    score: str | Score | None,
-    align: str | Align | None,
-    mask: Tensor | None,
-    causal: bool,
-    scale: float | None,
-    dropout: float,
+    score: str | Score | None = None,
+    align: str | Align | None = None,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    score_mod: object | None = None,
+    dropout: float = 0.0,
+    return_weights: bool = False,
 ) -> EfficientCall:
-    """Validate a call of the efficient kind ``kind`` (see module doc)."""
+    """Validate a call of the efficient kind ``kind`` (see :class:`KindOptions`): the one input
+    check every kind runs before its own algorithm."""
+    if score_mod is not None:
+        raise ValueError(
+            f"{kind} attention takes no score_mod (it does not form every score to modify); "
+            "use attention='exact' for position biases such as ALiBi"
+        )
     call = prepare(
         q,
         k,
@@ -108,7 +163,52 @@ def check_call(
         causal=call.causal,
         scale=1.0 if chosen is None else float(chosen),
         three_d=call.three_d,
+        return_weights=bool(return_weights),
     )
+
+
+class EfficientKind(nn.Module):
+    """Base of the efficient attention kinds: an :class:`~attnkit.core.kinds.AttentionKind`
+    that checks its input once (:func:`check_call`) and then runs :meth:`attend`.
+
+    Subclasses set ``name`` and ``taxonomy`` and implement ``attend(call) -> AttentionOutput``;
+    one whose state depends on the head sizes builds it in :meth:`bind` (called by the
+    ``MultiHeadAttention`` that runs it, before its first call).
+    """
+
+    name: str = ""
+    taxonomy: Mapping[str, str | list[str]] | None = None
+    forms_weights = False
+    bound: tuple[int, int, int] | None = None
+
+    def bind(self, num_heads: int, head_dim_k: int, head_dim_v: int) -> EfficientKind:
+        """Use this kind in a module with ``num_heads`` heads of sizes ``head_dim_k`` and
+        ``head_dim_v``; returns ``self``.
+
+        Raises:
+            ValueError: the kind has parameters or buffers and is bound already (one module per
+                ``MultiHeadAttention``: pass a new object or ``copy.deepcopy(kind)``).
+        """
+        stateful = any(True for _ in self.parameters()) or any(True for _ in self.buffers())
+        if self.bound is not None and stateful:
+            raise ValueError(
+                f"this {type(self).__name__} is already used by another module (bound to "
+                f"num_heads, head_dim_k, head_dim_v = {self.bound}); a kind with parameters or "
+                "buffers is one module per MultiHeadAttention: pass a new object or "
+                "copy.deepcopy(kind)"
+            )
+        self.bound = (num_heads, head_dim_k, head_dim_v)
+        return self
+
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, **options: Unpack[KindOptions]
+    ) -> AttentionOutput:
+        """Attend (the kind's algorithm) with the options of :class:`KindOptions`."""
+        return self.attend(check_call(self.name, q, k, v, **options))
+
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        """The kind's algorithm on a checked call."""
+        raise NotImplementedError(f"{type(self).__name__} must implement attend(call)")
 
 
 def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:

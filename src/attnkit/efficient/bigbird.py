@@ -20,17 +20,19 @@ pattern, from which the equivalent dense mask is built (and the tests do so).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int
+from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int
 from attnkit.efficient.sliding_window import _fused_band, _gather_keys
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TAXONOMY: dict[str, str | list[str]] = {
     "scoring": "Scaled-Multiplicative",
@@ -73,125 +75,23 @@ def bigbird_blocks(
     return table
 
 
-def bigbird_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    block: int = 64,
-    window_blocks: int = 3,
-    global_blocks: int = 1,
-    random_blocks: int = 2,
-    seed: int = 0,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-    score: str | Score | None = None,
-    align: str | Align | None = None,
-    dropout: float = 0.0,
-    return_weights: bool = False,
-) -> AttentionOutput:
-    """Block-sparse window + global + random attention (self-attention: ``M == N``).
+class BigBirdAttention(EfficientKind):
+    """Block-sparse window + global + random attention (self-attention: ``M == N``); the
+    attention kind ``"bigbird"``, with a fixed random pattern (``seed``).
 
     Args:
-        q, k, v: ``[B, H, L, d]``, ``[B, H_kv, L, d]``, ``[B, H_kv, L, d_v]`` (or 3-D).
         block: positions per block ``b`` (the last block may be shorter).
         window_blocks: odd number of key blocks in the sliding window (3 in the paper).
         global_blocks: ``g``, leading blocks that attend and are attended by all.
         random_blocks: ``r`` random key blocks per query block.
         seed: fixes the random blocks (same pattern on every call with this seed).
-        mask: bool (True = may attend) or 0/-inf float, broadcastable to ``[B, H, L, L]``.
-        causal: no query sees a later key.
-        scale, score, align, dropout: ``scaled_dot``/``dot``, ``softmax``, 0 only.
-        return_weights: ignored (``weights`` is ``None``).
 
-    Returns:
-        :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
-
-    Example::
-
-        >>> x = torch.randn(1, 2, 1024, 16)
-        >>> bigbird_attention(x, x, x, block=64).context.shape
-        torch.Size([1, 2, 1024, 16])
+    Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; any bool
+    mask): ``q, k, v`` ``[B, H, L, d]``, ``[B, H_kv, L, d]``, ``[B, H_kv, L, d_v]`` (or 3-D)
+    → :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
     """
-    block = check_positive_int("block", block)
-    call = check_call(
-        "bigbird",
-        q,
-        k,
-        v,
-        score=score,
-        align=align,
-        mask=mask,
-        causal=causal,
-        scale=scale,
-        dropout=dropout,
-    )
-    b, h, m, n = call.shape
-    if m != n:
-        raise ValueError(
-            f"bigbird attention is self-attention: queries and keys must have one length, "
-            f"got M={m}, N={n}"
-        )
-    if n == 0:
-        return call.output(call.q.new_zeros(b, h, 0, call.v.shape[-1]))
-    nb = math.ceil(n / block)
-    table = bigbird_blocks(
-        nb,
-        window_blocks=window_blocks,
-        global_blocks=global_blocks,
-        random_blocks=random_blocks,
-        causal=call.causal,
-        seed=seed,
-    ).to(call.q.device)
-    pad = nb * block - n
-    d, dv = call.q.shape[-1], call.v.shape[-1]
-    qb = F.pad(call.q, (0, 0, 0, pad)).view(b, h, nb, block, d)
-    kb = F.pad(call.k, (0, 0, 0, pad)).view(b, h, nb, block, d)
-    vb = F.pad(call.v, (0, 0, 0, pad)).view(b, h, nb, block, dv)
-    slots = table.clamp_min(0)  # [nb, K]
-    # One gathered key block per query block and slot: [nb, B, H, K·b, d], O(N·K·b·d), never N × N.
-    band_k = kb[:, :, slots].flatten(3, 4).permute(2, 0, 1, 3, 4)
-    band_v = vb[:, :, slots].flatten(3, 4).permute(2, 0, 1, 3, 4)
 
-    offsets = torch.arange(block, device=call.q.device)
-    key_idx = (slots[:, :, None] * block + offsets).flatten(1)  # [nb, K·b]
-    allowed = ((table >= 0)[:, :, None].expand(-1, -1, block).flatten(1)) & (key_idx < n)
-    allowed = allowed[None, None, :, None, :]  # [1, 1, nb, 1, K·b]
-    if call.causal:
-        query_idx = torch.arange(nb, device=call.q.device)[:, None] * block + offsets  # [nb, b]
-        allowed = allowed & (key_idx[:, None, :] <= query_idx[:, :, None])
-    if call.mask is not None:
-        allowed = allowed & _gather_keys(call.mask, key_idx.clamp(max=n - 1), m, block)
-    # softmax(q kᵀ) v of each query block over its K·b keys in torch's fused kernel
-    context = _fused_band(
-        qb.permute(2, 0, 1, 3, 4), band_k, band_v, allowed.permute(2, 0, 1, 3, 4), call.scale
-    )  # [nb, B, H, b, d_v]
-    context = context.permute(1, 2, 0, 3, 4).reshape(b, h, nb * block, dv)[:, :, :n]
-
-    rows = min(global_blocks * block, n)
-    if rows:  # global query blocks attend every key: dense rows, O(g·b·N)
-        dense_mask = (
-            None
-            if call.mask is None
-            else call.mask[..., :rows, :]
-            if call.mask.shape[-2] != 1
-            else call.mask
-        )
-        if call.causal:
-            tri = torch.ones(rows, n, dtype=torch.bool, device=call.q.device).tril()
-            dense_mask = tri if dense_mask is None else dense_mask & tri
-        top = attention(call.q[:, :, :rows], call.k, call.v, mask=dense_mask, scale=call.scale)
-        context = torch.cat([top.context, context[:, :, rows:]], 2)
-    return call.output(context)
-
-
-bigbird_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
-
-
-class BigBirdAttention(nn.Module):
-    """Module form of :func:`bigbird_attention` with a fixed pattern (``seed``)."""
-
+    name = "bigbird"
     taxonomy = TAXONOMY
 
     def __init__(
@@ -203,16 +103,93 @@ class BigBirdAttention(nn.Module):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        self.options = {
-            "block": check_positive_int("block", block),
-            "window_blocks": window_blocks,
-            "global_blocks": global_blocks,
-            "random_blocks": random_blocks,
-            "seed": seed,
-        }
+        self.block = check_positive_int("block", block)
+        self.window_blocks, self.global_blocks = window_blocks, global_blocks
+        self.random_blocks, self.seed = random_blocks, seed
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
-        return bigbird_attention(q, k, v, **self.options, **options)  # type: ignore[arg-type]
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        call.require_self_attention(self.name)
+        block = self.block
+        b, h, m, n = call.shape
+        if n == 0:
+            return call.output(call.q.new_zeros(b, h, 0, call.v.shape[-1]))
+        nb = math.ceil(n / block)
+        table = bigbird_blocks(
+            nb,
+            window_blocks=self.window_blocks,
+            global_blocks=self.global_blocks,
+            random_blocks=self.random_blocks,
+            causal=call.causal,
+            seed=self.seed,
+        ).to(call.q.device)
+        pad = nb * block - n
+        d, dv = call.q.shape[-1], call.v.shape[-1]
+        qb = F.pad(call.q, (0, 0, 0, pad)).view(b, h, nb, block, d)
+        kb = F.pad(call.k, (0, 0, 0, pad)).view(b, h, nb, block, d)
+        vb = F.pad(call.v, (0, 0, 0, pad)).view(b, h, nb, block, dv)
+        slots = table.clamp_min(0)  # [nb, K]
+        # One gathered key block per query block and slot: [nb, B, H, K·b, d], O(N·K·b·d), never N × N.
+        band_k = kb[:, :, slots].flatten(3, 4).permute(2, 0, 1, 3, 4)
+        band_v = vb[:, :, slots].flatten(3, 4).permute(2, 0, 1, 3, 4)
+
+        offsets = torch.arange(block, device=call.q.device)
+        key_idx = (slots[:, :, None] * block + offsets).flatten(1)  # [nb, K·b]
+        allowed = ((table >= 0)[:, :, None].expand(-1, -1, block).flatten(1)) & (key_idx < n)
+        allowed = allowed[None, None, :, None, :]  # [1, 1, nb, 1, K·b]
+        if call.causal:
+            query_idx = torch.arange(nb, device=call.q.device)[:, None] * block + offsets  # [nb, b]
+            allowed = allowed & (key_idx[:, None, :] <= query_idx[:, :, None])
+        if call.mask is not None:
+            allowed = allowed & _gather_keys(call.mask, key_idx.clamp(max=n - 1), m, block)
+        # softmax(q kᵀ) v of each query block over its K·b keys in torch's fused kernel
+        context = _fused_band(
+            qb.permute(2, 0, 1, 3, 4), band_k, band_v, allowed.permute(2, 0, 1, 3, 4), call.scale
+        )  # [nb, B, H, b, d_v]
+        context = context.permute(1, 2, 0, 3, 4).reshape(b, h, nb * block, dv)[:, :, :n]
+
+        rows = min(self.global_blocks * block, n)
+        if rows:  # global query blocks attend every key: dense rows, O(g·b·N)
+            dense_mask = (
+                None
+                if call.mask is None
+                else call.mask[..., :rows, :]
+                if call.mask.shape[-2] != 1
+                else call.mask
+            )
+            if call.causal:
+                tri = torch.ones(rows, n, dtype=torch.bool, device=call.q.device).tril()
+                dense_mask = tri if dense_mask is None else dense_mask & tri
+            top = attention(call.q[:, :, :rows], call.k, call.v, mask=dense_mask, scale=call.scale)
+            context = torch.cat([top.context, context[:, :, rows:]], 2)
+        return call.output(context)
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{key}={value}" for key, value in self.options.items())
+        return (
+            f"block={self.block}, window_blocks={self.window_blocks}, "
+            f"global_blocks={self.global_blocks}, random_blocks={self.random_blocks}, "
+            f"seed={self.seed}"
+        )
+
+
+def bigbird_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    block: int = 64,
+    window_blocks: int = 3,
+    global_blocks: int = 1,
+    random_blocks: int = 2,
+    seed: int = 0,
+    **options: Unpack[KindOptions],
+) -> AttentionOutput:
+    """:class:`BigBirdAttention` as a function (options: :class:`KindOptions`).
+
+    Example::
+
+        >>> x = torch.randn(1, 2, 1024, 16)
+        >>> bigbird_attention(x, x, x, block=64).context.shape
+        torch.Size([1, 2, 1024, 16])
+    """
+    kind = BigBirdAttention(block, window_blocks, global_blocks, random_blocks, seed)
+    return kind(q, k, v, **options)

@@ -4,128 +4,39 @@ Transformers with Linear Attention", eq. 4-9): softmax's ``exp(q·k)`` replaced 
 
     V'_i = φ(Q_i)^T Σ_j φ(K_j) V_j^T  /  φ(Q_i)^T Σ_j φ(K_j)                       (eq. 5)
 
-O(N·m·d_v) time and memory instead of O(M·N). Causal (eq. 8-9): the sums run over ``j <= i``,
-``S_i = Σ_{j<=i} φ(K_j) V_j^T`` and ``z_i = Σ_{j<=i} φ(K_j)``. They are computed as prefix sums
-over chunks of ``C`` positions (the state after each earlier chunk, plus the masked ``C × C``
-products inside the chunk), so memory is O(N/C·m·d_v + N·C); the recurrent form (eq. 18-20,
-:func:`linear_attention_step`) updates ``S`` and ``z`` one token at a time for decoding and gives
-the same outputs.
-
-Shared by :mod:`attnkit.efficient.performer`, whose feature map is a random one.
-Einsum letters: B batch, H heads, c chunk, t/s positions in a chunk, f features, e value features.
+O(N·m·d_v) time and memory instead of O(M·N); causal (eq. 8-9) by chunked prefix sums, and the
+recurrent form (eq. 18-20, :func:`linear_attention_step`) for decoding. The kernel computation is
+:mod:`attnkit.core.kernel` (shared with Performer and fast weights).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int
+from attnkit.core.kernel import (
+    TAXONOMY,
+    LinearAttentionState,
+    elu_feature_map,
+    kernel_attention,
+    kernel_attention_step,
+)
+from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int
 
-TAXONOMY: dict[str, str | list[str]] = {"scoring": "Multiplicative", "alignment": "Global"}
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-
-def elu_feature_map(x: Tensor) -> Tensor:
-    """``φ(x) = elu(x) + 1`` (Katharopoulos et al. §3.2.1): positive, so every weight is > 0."""
-    return F.elu(x) + 1
-
-
-def _ratio(numerator: Tensor, denominator: Tensor) -> Tensor:
-    """``numerator / denominator[..., None]``, zeros where the denominator is 0 (no key)."""
-    den = denominator.unsqueeze(-1)
-    return numerator / torch.where(den > 0, den, torch.ones_like(den))
-
-
-def kernel_attention(
-    phi_q: Tensor,
-    phi_k: Tensor,
-    v: Tensor,
-    *,
-    causal: bool = False,
-    key_mask: Tensor | None = None,
-    chunk: int = 64,
-) -> Tensor:
-    """``Σ_j (φ_i·φ_j) v_j / Σ_j φ_i·φ_j`` over the admissible keys (eq. 5; causal eq. 9).
-
-    Args:
-        phi_q: ``[B, H, M, f]`` query features (non-negative).
-        phi_k: ``[B, H, N, f]`` key features (non-negative).
-        v: ``[B, H, N, d_v]``.
-        causal: query ``i`` sees keys ``j <= i + N - M`` (bottom-right).
-        key_mask: bool broadcastable to ``[B, H, 1, N]``, True = may attend.
-        chunk: ``C``, positions per chunk of the causal prefix sums.
-
-    Returns:
-        ``[B, H, M, d_v]``; zeros for a query with no admissible key (or zero total weight).
-    """
-    b, h, m, _ = phi_q.shape
-    n = phi_k.shape[-2]
-    if key_mask is not None:  # `where`, not a product: masked keys get no gradient at all
-        keep = key_mask.transpose(-1, -2)  # [B', H', N, 1]
-        phi_k = torch.where(keep, phi_k, torch.zeros_like(phi_k))
-    if not causal:
-        state = phi_k.transpose(-1, -2) @ v  # Σ_j φ(K_j) V_j^T: [B, H, f, d_v]
-        normaliser = phi_k.sum(-2)  # Σ_j φ(K_j): [B, H, f]
-        num = phi_q @ state
-        den = (phi_q * normaliser.unsqueeze(-2)).sum(-1)
-        return _ratio(num, den)
-    if m > n:  # the first M - N queries come before every key
-        rest = kernel_attention(phi_q[:, :, m - n :], phi_k, v, causal=True, chunk=chunk)
-        return torch.cat([rest.new_zeros(b, h, m - n, v.shape[-1]), rest], 2)
-    # Keys before the first query's position are seen by every query: the initial state.
-    prefix = n - m
-    state0 = phi_k[:, :, :prefix].transpose(-1, -2) @ v[:, :, :prefix]  # [B, H, f, d_v]
-    norm0 = phi_k[:, :, :prefix].sum(-2)  # [B, H, f]
-    phi_k, v = phi_k[:, :, prefix:], v[:, :, prefix:]
-    c = max(1, min(chunk, m))
-    n_chunks = -(-m // c)
-    pad = n_chunks * c - m
-    qc = F.pad(phi_q, (0, 0, 0, pad)).unflatten(2, (n_chunks, c))  # [B, H, c, C, f]
-    kc = F.pad(phi_k, (0, 0, 0, pad)).unflatten(2, (n_chunks, c))
-    vc = F.pad(v, (0, 0, 0, pad)).unflatten(2, (n_chunks, c))
-    # Exclusive prefix sums of the chunk states: chunk c sees chunks 0 … c-1 only (shifting
-    # the inclusive sum, not subtracting, so no later key enters even by rounding).
-    states = kc.transpose(-1, -2) @ vc  # [B, H, c, f, d_v]
-    norms = kc.sum(-2)  # [B, H, c, f]
-    before = F.pad(states.cumsum(2)[:, :, :-1], (0, 0, 0, 0, 1, 0)) + state0.unsqueeze(2)
-    norm_before = F.pad(norms.cumsum(2)[:, :, :-1], (0, 0, 1, 0)) + norm0.unsqueeze(2)
-    # Inside a chunk: the C × C kernel matrix, lower-triangular.
-    tri = torch.ones(c, c, dtype=torch.bool, device=phi_q.device).tril()
-    inner = qc @ kc.transpose(-1, -2)  # [B, H, c, C, C]
-    inner = torch.where(tri, inner, torch.zeros_like(inner))
-    num = qc @ before + inner @ vc
-    den = (qc * norm_before.unsqueeze(-2)).sum(-1) + inner.sum(-1)
-    return _ratio(num, den).flatten(2, 3)[:, :, :m]
-
-
-@dataclass(frozen=True)
-class LinearAttentionState:
-    """The recurrent state of causal linear attention (eq. 18-19) after some tokens:
-    ``S = Σ_j φ(K_j) V_j^T [B, H, f, d_v]`` and ``z = Σ_j φ(K_j) [B, H, f]``."""
-
-    s: Tensor
-    z: Tensor
-
-
-def kernel_attention_step(
-    phi_q: Tensor, phi_k: Tensor, v: Tensor, state: LinearAttentionState | None = None
-) -> tuple[Tensor, LinearAttentionState]:
-    """One decoding step of causal kernel attention (eq. 18-20): add the new key to the state,
-    then read it with the new query. ``phi_q``, ``phi_k`` ``[B, H, f]``, ``v [B, H, d_v]`` →
-    ``([B, H, d_v], new state)``."""
-    update = phi_k.unsqueeze(-1) * v.unsqueeze(-2)  # φ(K_i) V_i^T: [B, H, f, d_v]
-    if state is None:
-        state = LinearAttentionState(torch.zeros_like(update), torch.zeros_like(phi_k))
-    s, z = state.s + update, state.z + phi_k
-    num = (phi_q.unsqueeze(-2) @ s).squeeze(-2)
-    den = (phi_q * z).sum(-1)
-    return _ratio(num, den), LinearAttentionState(s, z)
+__all__ = [
+    "TAXONOMY",
+    "LinearAttention",
+    "LinearAttentionState",
+    "elu_feature_map",
+    "kernel_attention",
+    "linear_attention",
+    "linear_attention_step",
+]
 
 
 def linear_attention_step(
@@ -137,33 +48,45 @@ def linear_attention_step(
     return kernel_attention_step(elu_feature_map(q), elu_feature_map(k), v, state)
 
 
-def linear_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    chunk: int = 64,
-    scale: float | None = None,
-    score: str | Score | None = None,
-    align: str | Align | None = None,
-    dropout: float = 0.0,
-    return_weights: bool = False,
-) -> AttentionOutput:
-    """Linear attention with ``φ = elu + 1`` (eq. 5; causal eq. 9 by chunked prefix sums).
+class LinearAttention(EfficientKind):
+    """Linear attention with ``φ = elu + 1`` (eq. 5; causal eq. 9 by chunked prefix sums); the
+    attention kind ``"linear"`` (no parameters).
 
     Args:
-        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
-        mask: key-padding only: bool (True = may attend) broadcastable to ``[B, H, 1, N]``.
-        causal: bottom-right causal (eq. 9).
         chunk: positions per chunk of the causal prefix sums (memory/speed trade-off only).
-        scale, score, align: accepted for the attention-kind signature; the kernel replaces the
-            scaled dot product and ``scale`` is not used.
-        dropout: must be 0. return_weights: ignored (``weights`` is ``None``).
 
-    Returns:
-        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+    Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; the mask is
+    key padding only, ``scale`` is not used: the kernel replaces the scaled dot product):
+    ``q [B, H, M, d]`` or ``[B, M, d]``, ``k [B, H_kv, N, d]``, ``v [B, H_kv, N, d_v]`` →
+    :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+    """
+
+    name = "linear"
+    taxonomy = TAXONOMY
+
+    def __init__(self, chunk: int = 64) -> None:
+        super().__init__()
+        self.chunk = check_positive_int("chunk", chunk)
+
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        context = kernel_attention(
+            elu_feature_map(call.q),
+            elu_feature_map(call.k),
+            call.v,
+            causal=call.causal,
+            key_mask=call.key_mask(self.name),
+            chunk=self.chunk,
+        )
+        return call.output(context)
+
+    def extra_repr(self) -> str:
+        return f"chunk={self.chunk}"
+
+
+def linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, chunk: int = 64, **options: Unpack[KindOptions]
+) -> AttentionOutput:
+    """:class:`LinearAttention` as a function (options: :class:`KindOptions`).
 
     Example::
 
@@ -171,41 +94,4 @@ def linear_attention(
         >>> linear_attention(x, x, x, causal=True).context.shape
         torch.Size([2, 4, 4096, 32])
     """
-    chunk = check_positive_int("chunk", chunk)
-    call = check_call(
-        "linear",
-        q,
-        k,
-        v,
-        score=score,
-        align=align,
-        mask=mask,
-        causal=causal,
-        scale=scale,
-        dropout=dropout,
-    )
-    context = kernel_attention(
-        elu_feature_map(call.q),
-        elu_feature_map(call.k),
-        call.v,
-        causal=call.causal,
-        key_mask=call.key_mask("linear"),
-        chunk=chunk,
-    )
-    return call.output(context)
-
-
-linear_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
-
-
-class LinearAttention(nn.Module):
-    """Module form of :func:`linear_attention` (no parameters)."""
-
-    taxonomy = TAXONOMY
-
-    def __init__(self, chunk: int = 64) -> None:
-        super().__init__()
-        self.chunk = check_positive_int("chunk", chunk)
-
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
-        return linear_attention(q, k, v, chunk=self.chunk, **options)  # type: ignore[arg-type]
+    return LinearAttention(chunk)(q, k, v, **options)

@@ -17,73 +17,37 @@ heads (headwise sharing); ``share_key_value=True`` uses ``E`` for both (key-valu
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int
+from attnkit.efficient._inputs import (
+    EfficientCall,
+    EfficientKind,
+    KindOptions,
+    check_call,
+    check_positive_int,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Global"}
 
 
-def linformer_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    key_projection: Tensor,
-    value_projection: Tensor | None = None,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-    score: str | Score | None = None,
-    align: str | Align | None = None,
-    dropout: float = 0.0,
-    return_weights: bool = False,
+def _project_and_attend(
+    call: EfficientCall, key_projection: Tensor, value_projection: Tensor | None
 ) -> AttentionOutput:
-    """Softmax attention over length-projected keys and values (eq. 7).
-
-    Args:
-        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
-        key_projection: ``E [k, n]`` with ``n >= N`` (its first ``N`` columns are used).
-        value_projection: ``F [k, n]`` (default: ``E``, key-value sharing).
-        mask: key-padding only: bool (True = may attend) broadcastable to ``[B, H, 1, N]``.
-        causal: must be False (Linformer's projections mix future positions into every key).
-        scale, score, align, dropout: ``scaled_dot``/``dot``, ``softmax``, 0 only.
-        return_weights: return the ``[B, H, M, k]`` weights over the projected keys.
-
-    Returns:
-        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]`` (and ``weights``).
-
-    Example::
-
-        >>> e = torch.randn(64, 1024) / 32
-        >>> x = torch.randn(2, 4, 1000, 16)
-        >>> linformer_attention(x, x, x, key_projection=e).context.shape
-        torch.Size([2, 4, 1000, 16])
-    """
-    if causal:
+    """Eq. 7 on a checked call: softmax attention over ``E K`` and ``F V``."""
+    if call.causal:
         raise ValueError(
             "linformer attention cannot be causal: its length projections mix every position, "
             "future ones included, into each projected key; use 'linear', 'performer' or "
             "'sliding_window' for causal attention"
         )
-    call = check_call(
-        "linformer",
-        q,
-        k,
-        v,
-        score=score,
-        align=align,
-        mask=mask,
-        causal=False,
-        scale=scale,
-        dropout=dropout,
-    )
     n = call.shape[3]
     value_projection = key_projection if value_projection is None else value_projection
     for name, p in (("key_projection", key_projection), ("value_projection", value_projection)):
@@ -105,35 +69,71 @@ def linformer_attention(
     projected_k = e @ keys  # [B, H, k, d]
     projected_v = f @ values  # [B, H, k, d_v]
     out = attention(
-        call.q, projected_k, projected_v, scale=call.scale, return_weights=return_weights
+        call.q, projected_k, projected_v, scale=call.scale, return_weights=call.return_weights
     )
-    context, weights = out.context, out.weights
-    if call.three_d:
-        weights = None if weights is None else weights.squeeze(1)
-        context = context.squeeze(1)
-    return AttentionOutput(context=context, weights=weights)
+    return call.output(out.context, out.weights)
 
 
-linformer_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
-
-
-class LinformerAttention(nn.Module):
-    """Linformer's learned length projections ``E`` (and ``F``) for inputs up to ``max_length``.
+def linformer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    key_projection: Tensor,
+    value_projection: Tensor | None = None,
+    **options: Unpack[KindOptions],
+) -> AttentionOutput:
+    """Softmax attention over length-projected keys and values (eq. 7).
 
     Args:
-        max_length: ``n``, the longest key sequence accepted.
+        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
+        key_projection: ``E [k, n]`` with ``n >= N`` (its first ``N`` columns are used).
+        value_projection: ``F [k, n]`` (default: ``E``, key-value sharing).
+        options: :class:`~attnkit.efficient._inputs.KindOptions`; the mask is key padding only,
+            ``causal`` must be False (Linformer's projections mix future positions into every
+            key), ``return_weights`` gives the ``[B, H, M, k]`` weights over the projected keys.
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]`` (and ``weights``).
+
+    Example::
+
+        >>> e = torch.randn(64, 1024) / 32
+        >>> x = torch.randn(2, 4, 1000, 16)
+        >>> linformer_attention(x, x, x, key_projection=e).context.shape
+        torch.Size([2, 4, 1000, 16])
+    """
+    call = check_call(LinformerAttention.name, q, k, v, **options)
+    return _project_and_attend(call, key_projection, value_projection)
+
+
+class LinformerAttention(EfficientKind):
+    """Linformer's learned length projections ``E`` (and ``F``) for inputs up to ``max_length``;
+    the attention kind ``"linformer"``.
+
+    Args:
+        max_length: ``n``, the longest key sequence accepted (default 4096, the kind's
+            registered default).
         projected_length: ``k``, the number of projected keys (the paper: 128-256).
         share_key_value: one projection for keys and values.
 
     Parameters: ``key_projection [k, n]`` (and ``value_projection [k, n]``), initialised
-    ``N(0, 1/k)`` (the Johnson–Lindenstrauss scaling of the paper's Theorem 1).
+    ``N(0, 1/k)`` (the Johnson–Lindenstrauss scaling of the paper's Theorem 1); they do not
+    depend on the head sizes, so they are drawn here (one pair shared by all heads: the paper's
+    headwise sharing).
+
+    Example::
+
+        >>> kind = LinformerAttention(max_length=8192, projected_length=256)
+        >>> mha = ak.MultiHeadAttention(64, 4, batch_first=True, attention=kind)
     """
 
+    name = "linformer"
     taxonomy = TAXONOMY
 
     def __init__(
         self,
-        max_length: int,
+        max_length: int = 4096,
         projected_length: int = 256,
         *,
         share_key_value: bool = False,
@@ -153,15 +153,8 @@ class LinformerAttention(nn.Module):
                 torch.randn(shape, device=device, dtype=dtype) * std
             )
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
-        return linformer_attention(
-            q,
-            k,
-            v,
-            key_projection=self.key_projection,
-            value_projection=self.value_projection,
-            **options,  # type: ignore[arg-type]
-        )
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        return _project_and_attend(call, self.key_projection, self.value_projection)
 
     def extra_repr(self) -> str:
         return (

@@ -15,15 +15,18 @@ attention; here the caller's q, k, v serve both, which is what a drop-in kind ca
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING
 
-from attnkit.core.align import Align
+import torch
+from torch import Tensor
+
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int
+from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int
 from attnkit.efficient.sliding_window import banded_attention
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TAXONOMY: dict[str, str | list[str]] = {
     "scoring": "Scaled-Multiplicative",
@@ -59,6 +62,95 @@ def _global_flags(global_tokens: Tensor | None, batch: int, n: int, device: torc
     return g.expand(batch, n)
 
 
+class LongformerAttention(EfficientKind):
+    """Sliding window of ``window`` plus global tokens (self-attention: ``M == N``); the
+    attention kind ``"longformer"``.
+
+    Args:
+        window: as :class:`~attnkit.efficient.sliding_window.SlidingWindowAttention`
+            (default 256, the kind's registered default).
+        global_tokens: bool ``[L]`` or ``[B, L]`` (True = global), or 1-D integer positions;
+            ``None``: the first token.
+
+    Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; any bool
+    mask; causal: a query sees no later key, global or not): ``q, k, v`` ``[B, H, L, d]``,
+    ``[B, H_kv, L, d]``, ``[B, H_kv, L, d_v]`` (or 3-D) → :class:`~attnkit.AttentionOutput` with
+    ``context [B, H, L, d_v]``.
+    """
+
+    name = "longformer"
+    taxonomy = TAXONOMY
+
+    def __init__(self, window: int = 256, global_tokens: Tensor | None = None) -> None:
+        super().__init__()
+        self.window = check_positive_int("window", window)
+        self.global_tokens = global_tokens
+
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        call.require_self_attention(self.name)
+        global_tokens = self.global_tokens
+        b, h, _, n = call.shape
+        if n == 0:
+            return call.output(call.q.new_zeros(b, h, 0, call.v.shape[-1]))
+        flags = _global_flags(global_tokens, b, n, call.q.device)  # [B, N]
+        count = int(flags.sum(-1).max())
+        # Global positions per batch element, padded with the out-of-range index n.
+        order = torch.sort((~flags).to(torch.int8), dim=-1, stable=True).indices[
+            :, :count
+        ]  # [B, G]
+        valid = flags.gather(-1, order)  # [B, G]
+        positions = torch.where(valid, order, torch.full_like(order, n))
+        safe = positions.clamp(max=n - 1)
+        idx = safe[:, None, :, None]
+        q_global = call.q.gather(2, idx.expand(b, h, count, call.q.shape[-1]))
+        k_global = call.k.gather(2, idx.expand(b, h, count, call.k.shape[-1]))
+        v_global = call.v.gather(2, idx.expand(b, h, count, call.v.shape[-1]))
+
+        # Every query against the global keys (which are then left out of its band).
+        rows = torch.arange(n, device=call.q.device)
+        key_ok = valid[:, None, None, :]  # [B, 1, 1, G]
+        if call.causal:
+            key_ok = key_ok & (positions[:, None, None, :] <= rows[:, None])
+        if call.mask is not None:
+            full = call.mask.expand(b, call.mask.shape[1], call.mask.shape[2], n)
+            key_ok = key_ok & full.gather(-1, safe[:, None, None, :].expand(*full.shape[:3], count))
+        right = 0 if call.causal else self.window - 1
+        context = banded_attention(
+            call.q,
+            call.k,
+            call.v,
+            left=self.window - 1,
+            right=right,
+            scale=call.scale,
+            mask=call.mask,
+            excluded_keys=flags,
+            extra_keys=k_global,
+            extra_values=v_global,
+            extra_allowed=key_ok,
+        )
+
+        # The global queries against every key: rows of dense attention, O(G·N).
+        if count:
+            allowed = valid[:, None, :, None].expand(b, 1, count, n)
+            if call.causal:
+                allowed = allowed & (rows <= positions[:, None, :, None])
+            if call.mask is not None:
+                full = call.mask.expand(*call.mask.shape[:2], n, n)
+                full = full.expand(b, *full.shape[1:])
+                allowed = allowed & full.gather(
+                    2, safe[:, None, :, None].expand(b, full.shape[1], count, n)
+                )
+            dense = attention(q_global, call.k, call.v, mask=allowed, scale=call.scale).context
+            # Scatter into a buffer with one spare row, where the padding slots land.
+            buffer = torch.cat([context, context.new_zeros(b, h, 1, context.shape[-1])], 2)
+            target = positions[:, None, :, None].expand(b, h, count, context.shape[-1])
+            context = buffer.scatter(2, target, dense)[:, :, :n]
+        return call.output(context)
+
+    def extra_repr(self) -> str:
+        return f"window={self.window}"
+
+
 def longformer_attention(
     q: Tensor,
     k: Tensor,
@@ -66,29 +158,9 @@ def longformer_attention(
     *,
     window: int,
     global_tokens: Tensor | None = None,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-    score: str | Score | None = None,
-    align: str | Align | None = None,
-    dropout: float = 0.0,
-    return_weights: bool = False,
+    **options: Unpack[KindOptions],
 ) -> AttentionOutput:
-    """Sliding window of ``window`` plus global tokens (self-attention: ``M == N``).
-
-    Args:
-        q, k, v: ``[B, H, L, d]``, ``[B, H_kv, L, d]``, ``[B, H_kv, L, d_v]`` (or 3-D).
-        window: as :func:`~attnkit.efficient.sliding_window.sliding_window_attention`.
-        global_tokens: bool ``[L]`` or ``[B, L]`` (True = global), or 1-D integer positions;
-            default: the first token.
-        mask: bool (True = may attend) or 0/-inf float, broadcastable to ``[B, H, L, L]``.
-        causal: a query sees no later key, global or not (global queries included).
-        scale, score, align, dropout: as :func:`attnkit.attention` (``scaled_dot``/``dot``,
-            ``softmax``, 0 only).
-        return_weights: ignored (``weights`` is ``None``).
-
-    Returns:
-        :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
+    """:class:`LongformerAttention` as a function (options: :class:`KindOptions`).
 
     Example::
 
@@ -96,96 +168,4 @@ def longformer_attention(
         >>> longformer_attention(x, x, x, window=64, global_tokens=torch.tensor([0])).context.shape
         torch.Size([2, 4, 512, 16])
     """
-    window = check_positive_int("window", window)
-    call = check_call(
-        "longformer",
-        q,
-        k,
-        v,
-        score=score,
-        align=align,
-        mask=mask,
-        causal=causal,
-        scale=scale,
-        dropout=dropout,
-    )
-    b, h, m, n = call.shape
-    if m != n:
-        raise ValueError(
-            f"longformer attention is self-attention: queries and keys must have one length, "
-            f"got M={m}, N={n}"
-        )
-    if n == 0:
-        return call.output(call.q.new_zeros(b, h, 0, call.v.shape[-1]))
-    flags = _global_flags(global_tokens, b, n, call.q.device)  # [B, N]
-    count = int(flags.sum(-1).max())
-    # Global positions per batch element, padded with the out-of-range index n.
-    order = torch.sort((~flags).to(torch.int8), dim=-1, stable=True).indices[:, :count]  # [B, G]
-    valid = flags.gather(-1, order)  # [B, G]
-    positions = torch.where(valid, order, torch.full_like(order, n))
-    safe = positions.clamp(max=n - 1)
-    idx = safe[:, None, :, None]
-    q_global = call.q.gather(2, idx.expand(b, h, count, call.q.shape[-1]))
-    k_global = call.k.gather(2, idx.expand(b, h, count, call.k.shape[-1]))
-    v_global = call.v.gather(2, idx.expand(b, h, count, call.v.shape[-1]))
-
-    # Every query against the global keys (which are then left out of its band).
-    rows = torch.arange(n, device=call.q.device)
-    key_ok = valid[:, None, None, :]  # [B, 1, 1, G]
-    if call.causal:
-        key_ok = key_ok & (positions[:, None, None, :] <= rows[:, None])
-    if call.mask is not None:
-        full = call.mask.expand(b, call.mask.shape[1], call.mask.shape[2], n)
-        key_ok = key_ok & full.gather(-1, safe[:, None, None, :].expand(*full.shape[:3], count))
-    right = 0 if call.causal else window - 1
-    context = banded_attention(
-        call.q,
-        call.k,
-        call.v,
-        left=window - 1,
-        right=right,
-        scale=call.scale,
-        mask=call.mask,
-        excluded_keys=flags,
-        extra_keys=k_global,
-        extra_values=v_global,
-        extra_allowed=key_ok,
-    )
-
-    # The global queries against every key: rows of dense attention, O(G·N).
-    if count:
-        allowed = valid[:, None, :, None].expand(b, 1, count, n)
-        if call.causal:
-            allowed = allowed & (rows <= positions[:, None, :, None])
-        if call.mask is not None:
-            full = call.mask.expand(*call.mask.shape[:2], n, n)
-            full = full.expand(b, *full.shape[1:])
-            allowed = allowed & full.gather(
-                2, safe[:, None, :, None].expand(b, full.shape[1], count, n)
-            )
-        dense = attention(q_global, call.k, call.v, mask=allowed, scale=call.scale).context
-        # Scatter into a buffer with one spare row, where the padding slots land.
-        buffer = torch.cat([context, context.new_zeros(b, h, 1, context.shape[-1])], 2)
-        target = positions[:, None, :, None].expand(b, h, count, context.shape[-1])
-        context = buffer.scatter(2, target, dense)[:, :, :n]
-    return call.output(context)
-
-
-longformer_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
-
-
-class LongformerAttention(nn.Module):
-    """Module form of :func:`longformer_attention` with a fixed ``window``; ``global_tokens``
-    may be given per call (default: the first token)."""
-
-    taxonomy = TAXONOMY
-
-    def __init__(self, window: int) -> None:
-        super().__init__()
-        self.window = check_positive_int("window", window)
-
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
-        return longformer_attention(q, k, v, window=self.window, **options)  # type: ignore[arg-type]
-
-    def extra_repr(self) -> str:
-        return f"window={self.window}"
+    return LongformerAttention(window, global_tokens)(q, k, v, **options)

@@ -33,15 +33,23 @@ the self rule (causal: over the earlier positions).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int
+from attnkit.efficient._inputs import (
+    EfficientCall,
+    EfficientKind,
+    KindOptions,
+    check_call,
+    check_positive_int,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Local"}
 
@@ -142,135 +150,23 @@ def _attend_chunks(
     return (weights @ sv).view(b, h, slots, dv), lse.view(b, h, slots)
 
 
-def lsh_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    bucket_size: int = 64,
-    n_rounds: int = 1,
-    seed: int = 0,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-    score: str | Score | None = None,
-    align: str | Align | None = None,
-    dropout: float = 0.0,
-    return_weights: bool = False,
-) -> AttentionOutput:
-    """Reformer's shared-QK LSH attention (which keys each query attends: see the module doc).
+class LSHAttention(EfficientKind):
+    """Reformer's shared-QK LSH attention (which keys each query attends: see the module doc);
+    the attention kind ``"lsh"`` (no parameters; the rotations come from ``seed``).
 
     Args:
-        q: the shared query/key vectors ``[B, H, L, d]`` (or ``[B, L, d]``).
-        k: must be ``q`` itself (the same tensor object; Reformer shares W_Q and W_K), or ``None``.
-        v: ``[B, H, L, d_v]``.
         bucket_size: ``c``, the chunk length; the number of buckets follows from it.
         n_rounds: hashing rounds (more rounds, fewer missed neighbours; the paper: 1-8).
         seed: fixes the random rotations (same hashes on every call with this seed).
-        mask: key-padding only: bool (True = may attend) broadcastable to ``[B, H, 1, L]``.
-        causal: no query attends a later position, and no output depends on a later input
-            (chunks aligned to each bucket's run, see the module doc).
-        scale, score, align, dropout: ``scaled_dot``/``dot``, ``softmax``, 0 only.
-        return_weights: ignored (``weights`` is ``None``).
 
-    Returns:
-        :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
-
-    Example::
-
-        >>> x = torch.randn(1, 2, 1024, 16)
-        >>> lsh_attention(x, x, x, bucket_size=32, n_rounds=2).context.shape
-        torch.Size([1, 2, 1024, 16])
+    Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; key-padding
+    masks only): ``forward(q, k, v)`` with the shared query/key vectors ``q [B, H, L, d]`` (or
+    ``[B, L, d]``) and ``v [B, H, L, d_v]``; ``k`` is not read (the keys are ``q`` normalised,
+    so a :class:`~attnkit.MultiHeadAttention` running it leaves its key projection unused; pass
+    ``None``). Returns :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
     """
-    bucket_size = check_positive_int("bucket_size", bucket_size)
-    n_rounds = check_positive_int("n_rounds", n_rounds)
-    if k is not None and k is not q:
-        raise ValueError(
-            "lsh attention shares queries and keys (Reformer's shared-QK): pass the same tensor "
-            "as q and k (the keys are q normalised)"
-        )
-    call = check_call(
-        "lsh",
-        q,
-        q,
-        v,
-        score=score,
-        align=align,
-        mask=mask,
-        causal=causal,
-        scale=scale,
-        dropout=dropout,
-    )
-    b, h, length, d = call.q.shape
-    dv = call.v.shape[-1]
-    if length == 0:
-        return call.output(call.q.new_zeros(b, h, 0, dv))
-    keys = F.normalize(call.q, dim=-1)
-    key_mask = call.key_mask("lsh")
-    c = min(bucket_size, length)
-    n_buckets = 1 if length <= c else 2 * math.ceil(math.ceil(length / c) / 2)
-    generator = torch.Generator().manual_seed(seed)
-    # one empty row at index L: what the empty slots of the sorted order read
-    keep = torch.ones(b, h, length, dtype=torch.bool, device=call.q.device)
-    if key_mask is not None:
-        keep = keep & key_mask[..., 0, :]
-    keep = F.pad(keep, (0, 1), value=False)
-    q_p, k_p, v_p = (F.pad(x, (0, 0, 0, 1)) for x in (call.q, keys, call.v))
 
-    def gather(x: Tensor, index: Tensor) -> Tensor:
-        return x.gather(2, index.unsqueeze(-1).expand(*index.shape, x.shape[-1]))
-
-    outputs, normalisers = [], []
-    for _ in range(n_rounds):
-        rotations = torch.randn(d, max(1, n_buckets // 2), generator=generator).to(call.q.device)
-        buckets = lsh_buckets(keys, n_buckets, rotations)  # [B, H, L]
-        position = _sorted_slots(buckets, n_buckets, c, call.causal)  # [B, H, S]
-        bucket = F.pad(buckets, (0, 1), value=n_buckets).gather(2, position)
-        out, lse = _attend_chunks(
-            gather(q_p, position),
-            gather(k_p, position),
-            gather(v_p, position),
-            position,
-            bucket,
-            keep.gather(2, position),
-            c,
-            call.scale,
-            call.causal,
-        )
-        # back to positions: slot of each position (empty slots are never read)
-        slot_of = torch.empty(b, h, length + 1, dtype=torch.long, device=call.q.device)
-        slot_of.scatter_(
-            2, position, torch.arange(position.shape[-1], device=call.q.device).expand_as(position)
-        )
-        slot_of = slot_of[..., :length]
-        outputs.append(gather(out, slot_of))
-        normalisers.append(lse.gather(2, slot_of))
-
-    if n_rounds == 1:
-        context = outputs[0]
-    else:
-        z = torch.stack(normalisers)  # [R, B, H, L]
-        top = z.amax(0, keepdim=True)
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
-        share = torch.exp(z - top)
-        total = share.sum(0, keepdim=True)
-        share = share / torch.where(total > 0, total, torch.ones_like(total))
-        context = (share.unsqueeze(-1) * torch.stack(outputs)).sum(0)
-    return call.output(context)
-
-
-lsh_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
-
-
-def lsh_kind(q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
-    """:func:`lsh_attention` as an attention kind: the queries are the shared query/keys (a
-    :class:`~attnkit.MultiHeadAttention` running it leaves its key projection unused)."""
-    return lsh_attention(q, q, v, **options)  # type: ignore[arg-type]
-
-
-class LSHAttention(nn.Module):
-    """Module form of :func:`lsh_attention` (shared-QK: ``forward(qk, v)`` or ``(q, q, v)``)."""
-
+    name = "lsh"
     taxonomy = TAXONOMY
 
     def __init__(self, bucket_size: int = 64, n_rounds: int = 1, seed: int = 0) -> None:
@@ -279,16 +175,99 @@ class LSHAttention(nn.Module):
         self.n_rounds = check_positive_int("n_rounds", n_rounds)
         self.seed = seed
 
-    def forward(self, q: Tensor, k: Tensor | None, v: Tensor, **options: object) -> AttentionOutput:
-        return lsh_attention(
-            q,
-            q if k is None else k,
-            v,
-            bucket_size=self.bucket_size,
-            n_rounds=self.n_rounds,
-            seed=self.seed,
-            **options,  # type: ignore[arg-type]
-        )
+    def forward(
+        self, q: Tensor, k: Tensor | None, v: Tensor, **options: Unpack[KindOptions]
+    ) -> AttentionOutput:
+        return self.attend(check_call(self.name, q, q, v, **options))
+
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        b, h, length, d = call.q.shape
+        dv = call.v.shape[-1]
+        if length == 0:
+            return call.output(call.q.new_zeros(b, h, 0, dv))
+        keys = F.normalize(call.q, dim=-1)
+        key_mask = call.key_mask(self.name)
+        c = min(self.bucket_size, length)
+        n_buckets = 1 if length <= c else 2 * math.ceil(math.ceil(length / c) / 2)
+        generator = torch.Generator().manual_seed(self.seed)
+        # one empty row at index L: what the empty slots of the sorted order read
+        keep = torch.ones(b, h, length, dtype=torch.bool, device=call.q.device)
+        if key_mask is not None:
+            keep = keep & key_mask[..., 0, :]
+        keep = F.pad(keep, (0, 1), value=False)
+        q_p, k_p, v_p = (F.pad(x, (0, 0, 0, 1)) for x in (call.q, keys, call.v))
+
+        def gather(x: Tensor, index: Tensor) -> Tensor:
+            return x.gather(2, index.unsqueeze(-1).expand(*index.shape, x.shape[-1]))
+
+        outputs, normalisers = [], []
+        for _ in range(self.n_rounds):
+            rotations = torch.randn(d, max(1, n_buckets // 2), generator=generator).to(
+                call.q.device
+            )
+            buckets = lsh_buckets(keys, n_buckets, rotations)  # [B, H, L]
+            position = _sorted_slots(buckets, n_buckets, c, call.causal)  # [B, H, S]
+            bucket = F.pad(buckets, (0, 1), value=n_buckets).gather(2, position)
+            out, lse = _attend_chunks(
+                gather(q_p, position),
+                gather(k_p, position),
+                gather(v_p, position),
+                position,
+                bucket,
+                keep.gather(2, position),
+                c,
+                call.scale,
+                call.causal,
+            )
+            # back to positions: slot of each position (empty slots are never read)
+            slot_of = torch.empty(b, h, length + 1, dtype=torch.long, device=call.q.device)
+            slot_of.scatter_(
+                2,
+                position,
+                torch.arange(position.shape[-1], device=call.q.device).expand_as(position),
+            )
+            slot_of = slot_of[..., :length]
+            outputs.append(gather(out, slot_of))
+            normalisers.append(lse.gather(2, slot_of))
+
+        if self.n_rounds == 1:
+            context = outputs[0]
+        else:
+            z = torch.stack(normalisers)  # [R, B, H, L]
+            top = z.amax(0, keepdim=True)
+            top = torch.where(torch.isfinite(top), top, torch.zeros_like(top)).detach()
+            share = torch.exp(z - top)
+            total = share.sum(0, keepdim=True)
+            share = share / torch.where(total > 0, total, torch.ones_like(total))
+            context = (share.unsqueeze(-1) * torch.stack(outputs)).sum(0)
+        return call.output(context)
 
     def extra_repr(self) -> str:
         return f"bucket_size={self.bucket_size}, n_rounds={self.n_rounds}, seed={self.seed}"
+
+
+def lsh_attention(
+    q: Tensor,
+    k: Tensor | None,
+    v: Tensor,
+    *,
+    bucket_size: int = 64,
+    n_rounds: int = 1,
+    seed: int = 0,
+    **options: Unpack[KindOptions],
+) -> AttentionOutput:
+    """:class:`LSHAttention` as a function (options: :class:`KindOptions`); ``k`` must be ``q``
+    itself (the same tensor object; Reformer shares W_Q and W_K) or ``None``.
+
+    Example::
+
+        >>> x = torch.randn(1, 2, 1024, 16)
+        >>> lsh_attention(x, x, x, bucket_size=32, n_rounds=2).context.shape
+        torch.Size([1, 2, 1024, 16])
+    """
+    if k is not None and k is not q:
+        raise ValueError(
+            "lsh attention shares queries and keys (Reformer's shared-QK): pass the same tensor "
+            "as q and k (the keys are q normalised)"
+        )
+    return LSHAttention(bucket_size, n_rounds, seed)(q, q, v, **options)

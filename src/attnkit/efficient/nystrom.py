@@ -17,13 +17,22 @@ attention mixes all keys into every landmark, so it cannot be causal (``causal=T
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING
 
-from attnkit.core.align import Align
+import torch
+from torch import Tensor
+
 from attnkit.core.call import AttentionOutput
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int, masked_softmax
+from attnkit.efficient._inputs import (
+    EfficientCall,
+    EfficientKind,
+    KindOptions,
+    check_positive_int,
+    masked_softmax,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Global"}
 
@@ -53,83 +62,20 @@ def iterative_pinv(a: Tensor, iterations: int) -> Tensor:
     return z
 
 
-def nystrom_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    landmarks: int = 64,
-    pinv_iterations: int = 6,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-    score: str | Score | None = None,
-    align: str | Align | None = None,
-    dropout: float = 0.0,
-    return_weights: bool = False,
-) -> AttentionOutput:
-    """Nyström approximation of ``softmax(scale·q·k^T) v`` with ``landmarks`` landmarks (eq. 15).
+class NystromAttention(EfficientKind):
+    """Nyström approximation of ``softmax(scale·q·k^T) v`` through ``landmarks`` landmarks
+    (eq. 15); the attention kind ``"nystrom"`` (no parameters).
 
     Args:
-        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
         landmarks: ``m`` (at most ``min(M, N)`` are used: a segment holds at least one row).
         pinv_iterations: iterations of eq. 16 (the paper: 6).
-        mask: key-padding only: bool (True = may attend) broadcastable to ``[B, H, 1, N]``.
-        causal: must be False.
-        scale, score, align, dropout: ``scaled_dot``/``dot``, ``softmax``, 0 only.
-        return_weights: ignored (``weights`` is ``None``).
 
-    Returns:
-        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
-
-    Example::
-
-        >>> x = torch.randn(2, 4, 1000, 16)
-        >>> nystrom_attention(x, x, x, landmarks=32).context.shape
-        torch.Size([2, 4, 1000, 16])
+    Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; key-padding
+    masks only, not causal): ``q [B, H, M, d]`` or ``[B, M, d]``, ``k [B, H_kv, N, d]``,
+    ``v [B, H_kv, N, d_v]`` → :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
     """
-    landmarks = check_positive_int("landmarks", landmarks)
-    pinv_iterations = check_positive_int("pinv_iterations", pinv_iterations)
-    if causal:
-        raise ValueError(
-            "nystrom attention cannot be causal: every landmark averages keys from the whole "
-            "sequence; use 'linear', 'performer' or 'sliding_window' for causal attention"
-        )
-    call = check_call(
-        "nystrom",
-        q,
-        k,
-        v,
-        score=score,
-        align=align,
-        mask=mask,
-        causal=False,
-        scale=scale,
-        dropout=dropout,
-    )
-    b, h, m_len, n = call.shape
-    if m_len == 0 or n == 0:
-        return call.output(call.q.new_zeros(b, h, m_len, call.v.shape[-1]))
-    count = min(landmarks, m_len, n)
-    keep = call.key_mask("nystrom")  # [B', H', 1, N] or None
-    keep_rows = None if keep is None else keep[..., 0, :]
-    q_land, _ = segment_means(call.q, count)
-    k_land, k_ok = segment_means(call.k, count, keep_rows)
-    land_ok = k_ok.unsqueeze(-2)  # [B', H', 1, m]: landmarks with an admissible key
-    s = call.scale
-    kernel_1 = masked_softmax((call.q @ k_land.transpose(-1, -2)) * s, land_ok)  # [B, H, M, m]
-    kernel_2 = masked_softmax((q_land @ k_land.transpose(-1, -2)) * s, land_ok)  # [B, H, m, m]
-    kernel_3 = masked_softmax((q_land @ call.k.transpose(-1, -2)) * s, keep)  # [B, H, m, N]
-    context = kernel_1 @ (iterative_pinv(kernel_2, pinv_iterations) @ (kernel_3 @ call.v))
-    return call.output(context)
 
-
-nystrom_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
-
-
-class NystromAttention(nn.Module):
-    """Module form of :func:`nystrom_attention` (no parameters)."""
-
+    name = "nystrom"
     taxonomy = TAXONOMY
 
     def __init__(self, landmarks: int = 64, pinv_iterations: int = 6) -> None:
@@ -137,15 +83,47 @@ class NystromAttention(nn.Module):
         self.landmarks = check_positive_int("landmarks", landmarks)
         self.pinv_iterations = check_positive_int("pinv_iterations", pinv_iterations)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
-        return nystrom_attention(
-            q,
-            k,
-            v,
-            landmarks=self.landmarks,
-            pinv_iterations=self.pinv_iterations,
-            **options,  # type: ignore[arg-type]
-        )
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        if call.causal:
+            raise ValueError(
+                "nystrom attention cannot be causal: every landmark averages keys from the whole "
+                "sequence; use 'linear', 'performer' or 'sliding_window' for causal attention"
+            )
+        b, h, m_len, n = call.shape
+        if m_len == 0 or n == 0:
+            return call.output(call.q.new_zeros(b, h, m_len, call.v.shape[-1]))
+        count = min(self.landmarks, m_len, n)
+        keep = call.key_mask(self.name)  # [B', H', 1, N] or None
+        keep_rows = None if keep is None else keep[..., 0, :]
+        q_land, _ = segment_means(call.q, count)
+        k_land, k_ok = segment_means(call.k, count, keep_rows)
+        land_ok = k_ok.unsqueeze(-2)  # [B', H', 1, m]: landmarks with an admissible key
+        s = call.scale
+        kernel_1 = masked_softmax((call.q @ k_land.transpose(-1, -2)) * s, land_ok)  # [B,H,M,m]
+        kernel_2 = masked_softmax((q_land @ k_land.transpose(-1, -2)) * s, land_ok)  # [B,H,m,m]
+        kernel_3 = masked_softmax((q_land @ call.k.transpose(-1, -2)) * s, keep)  # [B,H,m,N]
+        pinv = iterative_pinv(kernel_2, self.pinv_iterations)
+        return call.output(kernel_1 @ (pinv @ (kernel_3 @ call.v)))
 
     def extra_repr(self) -> str:
         return f"landmarks={self.landmarks}, pinv_iterations={self.pinv_iterations}"
+
+
+def nystrom_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    landmarks: int = 64,
+    pinv_iterations: int = 6,
+    **options: Unpack[KindOptions],
+) -> AttentionOutput:
+    """:class:`NystromAttention` as a function (options: :class:`KindOptions`).
+
+    Example::
+
+        >>> x = torch.randn(2, 4, 1000, 16)
+        >>> nystrom_attention(x, x, x, landmarks=32).context.shape
+        torch.Size([2, 4, 1000, 16])
+    """
+    return NystromAttention(landmarks, pinv_iterations)(q, k, v, **options)

@@ -8,7 +8,7 @@ With ``x`` scaled by ``scale^(1/2)`` (so ``exp(x_q·x_k) = exp(scale·q·k)``, t
 gives ``E[φ(q)·φ(k)] = exp(q·k)`` for ``ω_r ~ N(0, I_d)``; drawing the ``ω_r`` in blocks of ``d``
 exactly orthogonal rows, each rescaled to a ``χ_d``-distributed norm, keeps every marginal Gaussian
 and lowers the variance (§2.4, Theorem 2). The features then go through the linear-attention
-computation (:func:`attnkit.efficient.linear.kernel_attention`, causal by prefix sums, §2.5).
+computation (:func:`attnkit.core.kernel.kernel_attention`, causal by prefix sums, §2.5).
 
 Numerical stability: each query's features are divided by their row maximum (it cancels between
 numerator and denominator); in non-causal attention the keys' by the maximum over all keys of a
@@ -20,22 +20,30 @@ Feature redraw (§4.2 of the paper, "redrawing features"): :class:`PerformerAtte
 projection ``ω [m, d]`` as a buffer, redrawn by :meth:`~PerformerAttention.redraw_features` when the
 training loop asks (and every ``redraw_interval`` training calls if given).
 ``ak.MultiHeadAttention(attention="performer")`` builds its own :class:`PerformerAttention` (the
-features are saved in its ``state_dict``); :func:`redraw_performer_features` redraws those of
+features, drawn for its head size, are saved in its ``state_dict``); :func:`redraw_performer_features` redraws those of
 every Performer inside a model, e.g. every few hundred training steps.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int
-from attnkit.efficient.linear import kernel_attention
+from attnkit.core.kernel import kernel_attention
+from attnkit.efficient._inputs import (
+    EfficientCall,
+    EfficientKind,
+    KindOptions,
+    check_call,
+    check_positive_int,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Global"}
 
@@ -83,56 +91,8 @@ def favor_features(
     return torch.exp(logits) / math.sqrt(m)
 
 
-def performer_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    projection: Tensor,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    chunk: int = 64,
-    scale: float | None = None,
-    score: str | Score | None = None,
-    align: str | Align | None = None,
-    dropout: float = 0.0,
-    return_weights: bool = False,
-) -> AttentionOutput:
-    """FAVOR+ estimate of ``softmax(scale·q·k^T) v`` with the random features ``projection``.
-
-    Args:
-        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
-        projection: ``ω [m, d]`` (e.g. :func:`orthogonal_gaussian`); more features, less error.
-        mask: key-padding only: bool (True = may attend) broadcastable to ``[B, H, 1, N]``.
-        causal: bottom-right causal (prefix sums, §2.5 of the paper).
-        chunk: positions per chunk of the causal prefix sums.
-        scale: of the estimated scores (default ``1/sqrt(d)``).
-        score, align, dropout: ``scaled_dot``/``dot``, ``softmax``, 0 only.
-        return_weights: ignored (``weights`` is ``None``).
-
-    Returns:
-        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
-
-    Example::
-
-        >>> omega = orthogonal_gaussian(256, 16, generator=torch.Generator().manual_seed(0))
-        >>> x = torch.randn(1, 2, 1024, 16)
-        >>> performer_attention(x, x, x, projection=omega, causal=True).context.shape
-        torch.Size([1, 2, 1024, 16])
-    """
-    chunk = check_positive_int("chunk", chunk)
-    call = check_call(
-        "performer",
-        q,
-        k,
-        v,
-        score=score,
-        align=align,
-        mask=mask,
-        causal=causal,
-        scale=scale,
-        dropout=dropout,
-    )
+def _favor(call: EfficientCall, projection: Tensor, chunk: int) -> AttentionOutput:
+    """FAVOR+ on a checked call with the random features ``projection [m, d]``."""
     d = call.q.shape[-1]
     if not isinstance(projection, Tensor) or projection.dim() != 2 or projection.shape[1] != d:
         given = tuple(projection.shape) if isinstance(projection, Tensor) else type(projection)
@@ -149,26 +109,66 @@ def performer_attention(
     return call.output(context)
 
 
-performer_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
-
-
-class PerformerAttention(nn.Module):
-    """FAVOR+ attention with its random features kept as a buffer (redrawn on demand).
+def performer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    projection: Tensor,
+    chunk: int = 64,
+    **options: Unpack[KindOptions],
+) -> AttentionOutput:
+    """FAVOR+ estimate of ``softmax(scale·q·k^T) v`` with the random features ``projection``.
 
     Args:
-        head_dim: ``d``, the query/key size per head.
+        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
+        projection: ``ω [m, d]`` (e.g. :func:`orthogonal_gaussian`); more features, less error.
+        chunk: positions per chunk of the causal prefix sums.
+        options: :class:`~attnkit.efficient._inputs.KindOptions` (key-padding masks only;
+            causal by prefix sums, §2.5 of the paper).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
+    Example::
+
+        >>> omega = orthogonal_gaussian(256, 16, generator=torch.Generator().manual_seed(0))
+        >>> x = torch.randn(1, 2, 1024, 16)
+        >>> performer_attention(x, x, x, projection=omega, causal=True).context.shape
+        torch.Size([1, 2, 1024, 16])
+    """
+    chunk = check_positive_int("chunk", chunk)
+    return _favor(check_call(PerformerAttention.name, q, k, v, **options), projection, chunk)
+
+
+class PerformerAttention(EfficientKind):
+    """FAVOR+ attention with its random features kept as a buffer (redrawn on demand); the
+    attention kind ``"performer"``.
+
+    Args:
+        head_dim: ``d``, the query/key size per head; ``None``: given by the
+            :class:`~attnkit.MultiHeadAttention` that runs it (:meth:`bind`), which then draws
+            the features.
         num_features: ``m`` random features (the paper uses ``m = d·log d`` as a default order).
         redraw_interval: in training mode, redraw the features every this many calls
             (``None``: only when :meth:`redraw_features` is called).
-        generator: source of the initial features (default: torch's global RNG).
+        chunk: positions per chunk of the causal prefix sums.
+        generator: source of the initial features (default: torch's global RNG, so
+            ``torch.manual_seed`` before building the model fixes them).
+
+    Example::
+
+        >>> mha = ak.MultiHeadAttention(64, 4, batch_first=True,
+        ...                             attention=PerformerAttention(num_features=128))
     """
 
+    name = "performer"
     taxonomy = TAXONOMY
-    projection: Tensor
+    projection: Tensor | None
 
     def __init__(
         self,
-        head_dim: int,
+        head_dim: int | None = None,
         num_features: int = 256,
         *,
         redraw_interval: int | None = None,
@@ -176,37 +176,56 @@ class PerformerAttention(nn.Module):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
-        self.head_dim = check_positive_int("head_dim", head_dim)
         self.num_features = check_positive_int("num_features", num_features)
         if redraw_interval is not None:
             check_positive_int("redraw_interval", redraw_interval)
         self.redraw_interval = redraw_interval
         self.chunk = check_positive_int("chunk", chunk)
         self.calls_since_redraw = 0
-        self.register_buffer(
-            "projection", orthogonal_gaussian(num_features, head_dim, generator=generator)
-        )
+        self.head_dim = None if head_dim is None else check_positive_int("head_dim", head_dim)
+        self.register_buffer("projection", None)
+        if self.head_dim is None:
+            self._generator = generator  # draws the features in bind, then dropped
+        else:
+            self._generator = None
+            self.projection = orthogonal_gaussian(num_features, self.head_dim, generator=generator)
+
+    def bind(self, num_heads: int, head_dim_k: int, head_dim_v: int) -> PerformerAttention:
+        """Draw the features for ``head_dim_k`` if no ``head_dim`` was given (else check it)."""
+        super().bind(num_heads, head_dim_k, head_dim_v)
+        if self.head_dim is None:
+            self.head_dim = head_dim_k
+            generator, self._generator = self._generator, None
+            self.projection = orthogonal_gaussian(
+                self.num_features, head_dim_k, generator=generator
+            )
+        elif self.head_dim != head_dim_k:
+            raise ValueError(
+                f"this PerformerAttention was built for head_dim={self.head_dim}, but the module "
+                f"has head_dim_k={head_dim_k}; leave head_dim out to take the module's"
+            )
+        return self
 
     @torch.no_grad()
     def redraw_features(self, generator: torch.Generator | None = None) -> None:
         """Draw new orthogonal random features in place."""
+        if self.projection is None or self.head_dim is None:
+            raise ValueError("this PerformerAttention has no features yet (no head_dim given)")
         new = orthogonal_gaussian(self.num_features, self.head_dim, generator=generator)
         self.projection.copy_(new)
         self.calls_since_redraw = 0
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        if self.projection is None:
+            raise ValueError(
+                "this PerformerAttention has no features yet: give head_dim, or run it in a "
+                "MultiHeadAttention (which gives its head size)"
+            )
         if self.training and self.redraw_interval is not None:
             if self.calls_since_redraw >= self.redraw_interval:
                 self.redraw_features()
             self.calls_since_redraw += 1
-        return performer_attention(
-            q,
-            k,
-            v,
-            projection=self.projection,
-            chunk=self.chunk,
-            **options,  # type: ignore[arg-type]
-        )
+        return _favor(call, self.projection, self.chunk)
 
     def extra_repr(self) -> str:
         return (

@@ -28,15 +28,17 @@ Einsum letters: B batch, H heads, n query block, t query in block, s key in band
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int
+from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Local"}
 
@@ -203,36 +205,49 @@ def _fused_band(
     return torch.where(has_key, context, 0.0)
 
 
-def sliding_window_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    window: int,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    scale: float | None = None,
-    score: str | Score | None = None,
-    align: str | Align | None = None,
-    dropout: float = 0.0,
-    return_weights: bool = False,
-) -> AttentionOutput:
+class SlidingWindowAttention(EfficientKind):
     """Local attention in a sliding window of ``window`` keys (see the module doc for exactly
-    which keys), computed banded.
+    which keys), computed banded; the attention kind ``"sliding_window"``.
 
     Args:
-        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
         window: ``w`` (>= 1): causal: the ``w`` keys ending at the query's position;
-            non-causal: ``w - 1`` keys on each side plus its own.
-        mask: bool (True = may attend) or 0/-inf float, broadcastable to ``[B, H, M, N]``.
-        causal: see ``window``.
-        scale: multiplies ``q·k`` (default ``1/sqrt(d)`` for ``scaled_dot``).
-        score, align, dropout: as :func:`attnkit.attention`, restricted to ``scaled_dot``/``dot``,
-            ``softmax``, 0.
-        return_weights: ignored (weights are not formed; ``weights`` is ``None``).
+            non-causal: ``w - 1`` keys on each side plus its own. Default 256 (the kind's
+            registered default).
 
-    Returns:
-        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]`` only.
+    Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`): ``q [B, H, M,
+    d]`` or ``[B, M, d]``, ``k [B, H_kv, N, d]``, ``v [B, H_kv, N, d_v]``; returns
+    :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]`` only (no weights).
+
+    Example::
+
+        >>> mha = ak.MultiHeadAttention(64, 4, batch_first=True,
+        ...                             attention=SlidingWindowAttention(window=32))
+    """
+
+    name = "sliding_window"
+    taxonomy = TAXONOMY
+
+    def __init__(self, window: int = 256) -> None:
+        super().__init__()
+        self.window = check_positive_int("window", window)
+
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        right = 0 if call.causal else self.window - 1
+        context = banded_attention(
+            call.q, call.k, call.v, left=self.window - 1, right=right, scale=call.scale,
+            mask=call.mask,
+        )  # fmt: skip
+        return call.output(context)
+
+    def extra_repr(self) -> str:
+        return f"window={self.window}"
+
+
+def sliding_window_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, window: int, **options: Unpack[KindOptions]
+) -> AttentionOutput:
+    """:class:`SlidingWindowAttention` as a function: local attention in a window of ``window``
+    keys (options: :class:`~attnkit.efficient._inputs.KindOptions`).
 
     Example::
 
@@ -240,41 +255,4 @@ def sliding_window_attention(
         >>> sliding_window_attention(q, q, q, window=32, causal=True).context.shape
         torch.Size([1, 2, 1000, 16])
     """
-    window = check_positive_int("window", window)
-    call = check_call(
-        "sliding_window",
-        q,
-        k,
-        v,
-        score=score,
-        align=align,
-        mask=mask,
-        causal=causal,
-        scale=scale,
-        dropout=dropout,
-    )
-    right = 0 if call.causal else window - 1
-    context = banded_attention(
-        call.q, call.k, call.v, left=window - 1, right=right, scale=call.scale, mask=call.mask
-    )
-    return call.output(context)
-
-
-sliding_window_attention.taxonomy = TAXONOMY  # type: ignore[attr-defined]
-
-
-class SlidingWindowAttention(nn.Module):
-    """Module form of :func:`sliding_window_attention` with a fixed ``window``; called with the
-    signature of an attention kind (``forward(q, k, v, *, mask, causal, ...)``)."""
-
-    taxonomy = TAXONOMY
-
-    def __init__(self, window: int) -> None:
-        super().__init__()
-        self.window = check_positive_int("window", window)
-
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, **options: object) -> AttentionOutput:
-        return sliding_window_attention(q, k, v, window=self.window, **options)  # type: ignore[arg-type]
-
-    def extra_repr(self) -> str:
-        return f"window={self.window}"
+    return SlidingWindowAttention(window)(q, k, v, **options)

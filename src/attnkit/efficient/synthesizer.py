@@ -25,31 +25,39 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attnkit.core.align import Align
 from attnkit.core.call import AttentionOutput
 from attnkit.core.masks import causal as causal_mask
-from attnkit.core.scores import Score
-from attnkit.efficient._inputs import check_call, check_positive_int, masked_softmax
+from attnkit.efficient._inputs import (
+    EfficientCall,
+    EfficientKind,
+    check_positive_int,
+    masked_softmax,
+)
 
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Location", "alignment": "Global"}
 KINDS = ("dense", "random")
 
 
-class SynthesizerAttention(nn.Module):
-    """Dense or random Synthesizer attention, optionally factorized, for ``num_heads`` heads.
+class SynthesizerAttention(EfficientKind):
+    """Dense or random Synthesizer attention, optionally factorized, for ``num_heads`` heads;
+    the attention kinds ``"synthesizer_dense"`` and ``"synthesizer_random"``.
 
     Args:
         kind: ``"dense"`` (scores from each query by an MLP) or ``"random"`` (learned matrix).
-        max_length: ``l``, the longest key sequence accepted (and, random, query sequence).
-        num_heads: ``H`` (dense: the MLP is per head; random: one matrix per head).
-        head_dim: ``d``, the query size per head (dense only).
+        max_length: ``l``, the longest key sequence accepted (and, random, query sequence);
+            default 4096 (the registered kinds' default).
+        num_heads: ``H`` (dense: the MLP is per head; random: one matrix per head); ``None``:
+            given by the :class:`~attnkit.MultiHeadAttention` that runs it (:meth:`bind`),
+            which then draws the parameters.
+        head_dim: ``d``, the query size per head (dense only; ``None``: from :meth:`bind`).
         hidden: MLP width ``d_h`` (dense; default ``d``).
         factorized: dense: ``a`` (a divisor of ``l``; ``b = l / a``); random: rank ``k``.
             ``None``: not factorized.
         trainable: random only: learn ``R`` (False: the paper's fixed random synthesizer).
 
-    Called as an attention kind: ``forward(q, k, v, *, mask, causal, ...)``; ``k`` is not used
-    (the scores do not depend on the keys), ``q [B, H, M, d]``, ``v [B, H_kv, N, d_v]``.
+    Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; any bool
+    mask): ``k`` is not used (the scores do not depend on the keys), ``q [B, H, M, d]``,
+    ``v [B, H_kv, N, d_v]``; returns ``context`` and, when asked, ``weights [B, H, M, N]``.
     """
 
     taxonomy = TAXONOMY
@@ -57,8 +65,8 @@ class SynthesizerAttention(nn.Module):
     def __init__(
         self,
         kind: str,
-        max_length: int,
-        num_heads: int,
+        max_length: int = 4096,
+        num_heads: int | None = None,
         head_dim: int | None = None,
         *,
         hidden: int | None = None,
@@ -70,32 +78,57 @@ class SynthesizerAttention(nn.Module):
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         self.kind = kind
         self.max_length = check_positive_int("max_length", max_length)
-        self.num_heads = check_positive_int("num_heads", num_heads)
         self.factorized = (
             None if factorized is None else check_positive_int("factorized", factorized)
         )
-        lmax, h = max_length, num_heads
-        if kind == "dense":
+        if kind == "dense" and factorized is not None and max_length % factorized:
+            raise ValueError(
+                f"factorized dense synthesizer needs a = factorized dividing max_length "
+                f"({max_length}), got {factorized}"
+            )
+        self.hidden, self.trainable = hidden, trainable
+        self.num_heads: int | None = None
+        self.head_dim: int | None = head_dim
+        if num_heads is not None:
+            self._build(num_heads, head_dim)
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"synthesizer_{self.kind}"
+
+    def _build(self, num_heads: int, head_dim: int | None) -> None:
+        """Draw the parameters for ``num_heads`` heads of query size ``head_dim``."""
+        h = self.num_heads = check_positive_int("num_heads", num_heads)
+        lmax, factorized = self.max_length, self.factorized
+        if self.kind == "dense":
             if head_dim is None:
                 raise ValueError("a dense synthesizer needs head_dim (the query size per head)")
-            d = check_positive_int("head_dim", head_dim)
-            width = hidden or d
-            if factorized is not None and lmax % factorized:
-                raise ValueError(
-                    f"factorized dense synthesizer needs a = factorized dividing max_length "
-                    f"({lmax}), got {factorized}"
-                )
+            d = self.head_dim = check_positive_int("head_dim", head_dim)
+            width = self.hidden or d
             out = lmax if factorized is None else factorized + lmax // factorized
             self.w1 = nn.Parameter(torch.randn(h, d, width) / math.sqrt(d))
             self.b1 = nn.Parameter(torch.zeros(h, width))
             self.w2 = nn.Parameter(torch.randn(h, width, out) / math.sqrt(width))
             self.b2 = nn.Parameter(torch.zeros(h, out))
         elif factorized is None:
-            self.r = nn.Parameter(torch.randn(h, lmax, lmax) / math.sqrt(lmax), trainable)
+            self.r = nn.Parameter(torch.randn(h, lmax, lmax) / math.sqrt(lmax), self.trainable)
         else:
             k = factorized
-            self.r1 = nn.Parameter(torch.randn(h, lmax, k) / k**0.25, trainable)
-            self.r2 = nn.Parameter(torch.randn(h, lmax, k) / k**0.25, trainable)
+            self.r1 = nn.Parameter(torch.randn(h, lmax, k) / k**0.25, self.trainable)
+            self.r2 = nn.Parameter(torch.randn(h, lmax, k) / k**0.25, self.trainable)
+
+    def bind(self, num_heads: int, head_dim_k: int, head_dim_v: int) -> SynthesizerAttention:
+        """Draw the parameters for the module's heads if they were not given (else check)."""
+        super().bind(num_heads, head_dim_k, head_dim_v)
+        if self.num_heads is None and self.head_dim in (None, head_dim_k):
+            self._build(num_heads, head_dim_k)
+        elif self.num_heads != num_heads or self.head_dim not in (None, head_dim_k):
+            raise ValueError(
+                f"this synthesizer was built for num_heads={self.num_heads}, "
+                f"head_dim={self.head_dim}, but the module has num_heads={num_heads}, "
+                f"head_dim_k={head_dim_k}; leave them out to take the module's"
+            )
+        return self
 
     def scores(self, q: Tensor, m: int, n: int) -> Tensor:
         """The synthesized scores ``[B, H, M, N]`` (random: ``[1, H, M, N]``)."""
@@ -114,35 +147,14 @@ class SynthesizerAttention(nn.Module):
             r = self.r1[:, :m] @ self.r2[:, :n].transpose(-1, -2)
         return r.unsqueeze(0)
 
-    def forward(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        mask: Tensor | None = None,
-        causal: bool = False,
-        scale: float | None = None,
-        score: str | Score | None = None,
-        align: str | Align | None = None,
-        dropout: float = 0.0,
-        return_weights: bool = False,
-    ) -> AttentionOutput:
-        """``softmax(B) V`` with synthesized scores ``B`` (eq. 2); ``weights [B, H, M, N]`` when
-        ``return_weights``."""
-        call = check_call(
-            "synthesizer",
-            q,
-            k,
-            v,
-            score=score,
-            align=align,
-            mask=mask,
-            causal=causal,
-            scale=scale,
-            dropout=dropout,
-        )
+    def attend(self, call: EfficientCall) -> AttentionOutput:
+        """``softmax(B) V`` with synthesized scores ``B`` (eq. 2)."""
         b, h, m, n = call.shape
+        if self.num_heads is None:
+            raise ValueError(
+                "this synthesizer has no parameters yet: give num_heads (and head_dim), or run "
+                "it in a MultiHeadAttention (which gives its head sizes)"
+            )
         if h != self.num_heads:
             raise ValueError(f"synthesizer was built for {self.num_heads} heads, got q with {h}")
         longest = max(n, m) if self.kind == "random" else n
@@ -156,10 +168,7 @@ class SynthesizerAttention(nn.Module):
             allowed = tri if allowed is None else allowed & tri
         weights = masked_softmax(self.scores(call.q, m, n), allowed)
         context = weights @ call.v
-        weights = weights.expand(b, h, m, n)  # random: one matrix for the whole batch
-        if call.three_d:
-            context, weights = context.squeeze(1), weights.squeeze(1)
-        return AttentionOutput(context=context, weights=weights if return_weights else None)
+        return call.output(context, weights.expand(b, h, m, n))  # random: one matrix per batch
 
     def extra_repr(self) -> str:
         return (

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from attnkit.core.hooks import exact_attention
 from attnkit.core.masks import ScoreMod
 from attnkit.layers.kv_cache import CrossAttentionCache, KVCache
-from attnkit.mechanisms.multi_head import MultiHeadAttention
+from attnkit.mechanisms.multi_head import MultiHeadAttention, engine_mask
 
 
 class PositionBias(Protocol):
@@ -83,9 +83,7 @@ def _combine_heads(mha: MultiHeadAttention, context: Tensor) -> Tensor:
 
 
 def _attend(mha: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, **options: object) -> Tensor:
-    if options.get("score_mod") is None:
-        options.pop("score_mod", None)  # attention kinds other than "exact" may not take one
-    out = mha.current_kind()(
+    out = mha.attention_kind(
         q,
         k,
         v,
@@ -165,7 +163,7 @@ def self_attend(
     options: dict[str, object] = {}
     if cache is None:
         allowed, bias = mha._masks(key_padding_mask, attn_mask, n, length, length, x, True)
-        mask = _engine_mask(allowed, bias)
+        mask = engine_mask(allowed, bias)
         options.update(mask=mask, causal=bool(is_causal) and attn_mask is None)
     else:
         if attn_mask is not None or key_padding_mask is not None:
@@ -232,21 +230,12 @@ def cross_attend(
     if cache.k is None:
         cache.k, cache.v = project_keys_values(mha, memory, memory)
         allowed, bias = mha._masks(key_padding_mask, None, n, length, memory.shape[1], x, True)
-        cache.allowed = _engine_mask(allowed, bias)
+        cache.allowed = engine_mask(allowed, bias)
     assert cache.v is not None
     q = project_queries(mha, x)
     context = _attend(mha, q, cache.k, cache.v, mask=cache.allowed, causal=False)
     out = _combine_heads(mha, context)
     return out if mha.batch_first else out.transpose(0, 1)
-
-
-def _engine_mask(allowed: Tensor | None, bias: Tensor | None) -> Tensor | None:
-    """One mask for :func:`attnkit.attention` from torch-convention parts."""
-    if bias is None:
-        return allowed
-    if allowed is None:
-        return bias
-    return torch.where(allowed, bias, float("-inf"))
 
 
 @contextmanager

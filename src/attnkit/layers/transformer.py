@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.core.align import Align
+from attnkit.core.kinds import AttentionKind, kind_name
 from attnkit.core.scores import Score
 from attnkit.layers.attention import PositionBias, Rotary, cross_attend, self_attend
 from attnkit.layers.kv_cache import CrossAttentionCache, DecoderLayerCache, KVCache
@@ -48,8 +49,12 @@ def _activation(activation: Activation) -> Callable[[Tensor], Tensor]:
     raise ValueError(f"activation should be 'relu', 'gelu' or a callable, got {activation!r}")
 
 
+#: what a layer's ``attention=`` takes: a kind name, a configured kind object, or a ready module
+AttentionSpec = str | AttentionKind | MultiHeadAttention
+
+
 def _attention_module(
-    spec: str | MultiHeadAttention,
+    spec: AttentionSpec,
     d_model: int,
     nhead: int,
     dropout: float,
@@ -58,7 +63,11 @@ def _attention_module(
     query_type: str,
     **options: Any,
 ) -> MultiHeadAttention:
-    """A ``MultiHeadAttention`` from an attention-kind name, or the given module as is."""
+    """A ``MultiHeadAttention`` from an attention-kind name or object, or the given module as is.
+
+    A kind other than ``"exact"`` gets no attention-weight dropout (those kinds refuse it: most
+    never form the weights); the layer's residual and feed-forward dropout stay.
+    """
     if isinstance(spec, MultiHeadAttention):
         if spec.embed_dim != d_model:
             raise ValueError(
@@ -71,15 +80,17 @@ def _attention_module(
                 "batch_first for its inputs)"
             )
         return spec
-    if not isinstance(spec, str):
+    if not isinstance(spec, (str, AttentionKind)):
         raise TypeError(
-            f"attention must be a kind name or an ak.MultiHeadAttention, got {type(spec).__name__}"
+            "attention must be a kind name, an attention kind object or an "
+            f"ak.MultiHeadAttention, got {type(spec).__name__}"
         )
+    exact = kind_name(spec) == "exact"
     # Always batch-first inside: the layer transposes once (state_dicts do not record the layout).
     return MultiHeadAttention(
         d_model,
         nhead,
-        dropout=dropout,
+        dropout=dropout if exact else 0.0,
         bias=bias,
         batch_first=True,
         attention=spec,
@@ -89,28 +100,29 @@ def _attention_module(
     )
 
 
-def kind_attention(kind: str, d_model: int, nhead: int) -> str | MultiHeadAttention:
+def kind_attention(kind: str | AttentionKind, d_model: int, nhead: int) -> str | MultiHeadAttention:
     """An attention kind as a layer's ``attention`` argument.
 
     ``"exact"`` stays a name, so the layer builds its attention as before (torch's, with the
-    layer's ``dropout`` on the attention weights). Any other kind (``attnkit.efficient``) becomes a
-    batch-first :class:`MultiHeadAttention` without attention-weight dropout: those kinds never
-    form the weight matrix, so there is nothing to drop (and they refuse ``dropout > 0``); the
-    layer's residual and feed-forward dropout stay.
+    layer's ``dropout`` on the attention weights). Any other kind (a name or object of
+    ``attnkit.efficient``) becomes a batch-first :class:`MultiHeadAttention` without
+    attention-weight dropout: those kinds never form the weight matrix, so there is nothing to
+    drop (and they refuse ``dropout > 0``); the layer's residual and feed-forward dropout stay.
 
     Raises:
-        ValueError: ``kind`` is not registered with ``MultiHeadAttention`` (the message lists
-            the known kinds).
+        ValueError: ``kind`` is not a registered name (the message lists the known kinds).
     """
-    if kind == "exact":
+    if isinstance(kind, str) and kind == "exact":
         return kind
     return MultiHeadAttention(d_model, nhead, batch_first=True, attention=kind)
 
 
 class _LayerBase(nn.Module):
-    """What encoder and decoder layers share: the feed-forward block, layout and options."""
+    """What encoder and decoder layers share: their construction, the feed-forward block,
+    layout and options."""
 
     self_attn: MultiHeadAttention
+    multihead_attn: MultiHeadAttention
     rotary: Rotary | None
     position_bias: PositionBias | None
     activation: Callable[[Tensor], Tensor]
@@ -121,9 +133,10 @@ class _LayerBase(nn.Module):
     dropout2: nn.Dropout
     dropout3: nn.Dropout
 
-    def _common(
+    def __init__(
         self,
         d_model: int,
+        nhead: int,
         dim_feedforward: int,
         dropout: float,
         activation: Activation,
@@ -131,9 +144,31 @@ class _LayerBase(nn.Module):
         batch_first: bool,
         norm_first: bool,
         bias: bool,
-        factory: dict[str, Any],
-        norms: int,
+        device: torch.device | str | None,
+        dtype: torch.dtype | None,
+        *,
+        attention: AttentionSpec,
+        cross_attention: AttentionSpec | None,
+        score: str | Score | Sequence[str | Score],
+        align: str | Align,
+        num_kv_heads: int | None,
+        rotary: Rotary | None,
+        position_bias: PositionBias | None,
     ) -> None:
+        """The parts of both layers: ``self_attn``, (decoder) ``multihead_attn`` when
+        ``cross_attention`` is given, the feed-forward block and its norms."""
+        super().__init__()
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
+        self.self_attn = _attention_module(
+            attention, d_model, nhead, dropout, bias, factory, "Self-Attentive", **options
+        )
+        norms = 2
+        if cross_attention is not None:
+            self.multihead_attn = _attention_module(
+                cross_attention, d_model, nhead, dropout, bias, factory, "Basic", **options
+            )
+            norms = 3
         self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)
@@ -144,6 +179,7 @@ class _LayerBase(nn.Module):
             )
             setattr(self, f"dropout{i}", nn.Dropout(dropout))
         self.activation = _activation(activation)
+        self.rotary, self.position_bias = rotary, position_bias
 
     def _ff_block(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
@@ -181,10 +217,12 @@ class TransformerEncoderLayer(_LayerBase):
         ``"gelu"`` or a callable), layer_norm_eps, batch_first, norm_first (pre-norm), bias,
         device, dtype.
     Keyword-only (attnkit's):
-        attention: an attention-kind name (``"exact"`` or one registered with
-            :func:`attnkit.mechanisms.multi_head.register_attention_kind`) or a ready
+        attention: an attention-kind name (``"exact"`` or one of :func:`attnkit.core.kinds.
+            kind_names`), a configured kind object (``SlidingWindowAttention(window=512)``,
+            owned by this layer's attention: give each layer its own), or a ready
             :class:`attnkit.MultiHeadAttention` (``embed_dim == d_model`` and
             ``batch_first=True``; the layer's own ``batch_first`` sets its inputs' layout).
+            Kinds other than ``"exact"`` run without attention-weight dropout.
         score, align: any score / alignment name or object, given to ``MultiHeadAttention``.
         num_kv_heads: grouped-query attention (``None``: one per query head).
         rotary: rotates queries and keys by position (:class:`~attnkit.layers.RotaryEmbedding`).
@@ -214,24 +252,21 @@ class TransformerEncoderLayer(_LayerBase):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         *,
-        attention: str | MultiHeadAttention = "exact",
+        attention: AttentionSpec = "exact",
         score: str | Score | Sequence[str | Score] = "scaled_dot",
         align: str | Align = "softmax",
         num_kv_heads: int | None = None,
         rotary: Rotary | None = None,
         position_bias: PositionBias | None = None,
     ) -> None:
-        super().__init__()
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
-        self.self_attn = _attention_module(
-            attention, d_model, nhead, dropout, bias, factory, "Self-Attentive", **options
-        )
-        self._common(
-            d_model, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-            norm_first, bias, factory, norms=2,
+        # torch's signature, written out (positional order included) so that help() and type
+        # checkers show it; the decoder layer repeats it with cross_attention. The body is shared.
+        super().__init__(
+            d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+            norm_first, bias, device, dtype, attention=attention, cross_attention=None,
+            score=score, align=align, num_kv_heads=num_kv_heads, rotary=rotary,
+            position_bias=position_bias,
         )  # fmt: skip
-        self.rotary, self.position_bias = rotary, position_bias
 
     def forward(
         self,
@@ -278,28 +313,21 @@ class TransformerDecoderLayer(_LayerBase):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         *,
-        attention: str | MultiHeadAttention = "exact",
-        cross_attention: str | MultiHeadAttention = "exact",
+        attention: AttentionSpec = "exact",
+        cross_attention: AttentionSpec = "exact",
         score: str | Score | Sequence[str | Score] = "scaled_dot",
         align: str | Align = "softmax",
         num_kv_heads: int | None = None,
         rotary: Rotary | None = None,
         position_bias: PositionBias | None = None,
     ) -> None:
-        super().__init__()
-        factory: dict[str, Any] = {"device": device, "dtype": dtype}
-        options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
-        self.self_attn = _attention_module(
-            attention, d_model, nhead, dropout, bias, factory, "Self-Attentive", **options
-        )
-        self.multihead_attn = _attention_module(
-            cross_attention, d_model, nhead, dropout, bias, factory, "Basic", **options
-        )
-        self._common(
-            d_model, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-            norm_first, bias, factory, norms=3,
+        # torch's signature (see TransformerEncoderLayer.__init__); the body is shared
+        super().__init__(
+            d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+            norm_first, bias, device, dtype, attention=attention,
+            cross_attention=cross_attention, score=score, align=align,
+            num_kv_heads=num_kv_heads, rotary=rotary, position_bias=position_bias,
         )  # fmt: skip
-        self.rotary, self.position_bias = rotary, position_bias
 
     def _cross_attention(
         self,
@@ -375,6 +403,11 @@ class TransformerDecoderLayer(_LayerBase):
             assert weights is not None
             return self._batch_first(x), weights
         return self._batch_first(x)
+
+
+def _copy_kind(spec: Any) -> Any:
+    """A copy of an attention kind object (other layer options as they are)."""
+    return copy.deepcopy(spec) if isinstance(spec, AttentionKind) else spec
 
 
 def _clones(layer: nn.Module, num_layers: int) -> nn.ModuleList:
@@ -497,7 +530,10 @@ class Transformer(nn.Module):
     ``position_bias`` to every self-attention), except that ``decoder_attention`` (a kind name or
     module), when given, replaces ``attention`` for the decoder's self-attention: an encoder can
     use a kind that cannot be causal (Nyström, Linformer) while the decoder keeps one that can.
-    :meth:`encode` and :meth:`decode` split
+    A configured kind object (``attention=LinformerAttention(max_length=8192)``) configures
+    every layer: each gets its own copy, as torch's stacks copy their layer (so parameters drawn
+    at construction start equal in every layer; a name, or a kind whose parameters need the head
+    sizes, draws nothing before it is bound). :meth:`encode` and :meth:`decode` split
     :meth:`forward` for generation (``decode(..., caches=self.decoder.new_caches(C))``).
     """
 
@@ -519,7 +555,7 @@ class Transformer(nn.Module):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
         *,
-        decoder_attention: str | MultiHeadAttention | None = None,
+        decoder_attention: AttentionSpec | None = None,
         **layer_options: Any,
     ) -> None:
         super().__init__()
@@ -537,6 +573,9 @@ class Transformer(nn.Module):
             "norm_first": norm_first,
             "bias": bias,
         }
+        # The decoder's template layer gets its own copy of a kind object given for both
+        # stacks (one kind per module); each stack then copies its template layer per layer.
+        dec_options = {k: _copy_kind(v) for k, v in layer_options.items()}
         if custom_encoder is not None:
             self.encoder = custom_encoder
         else:
@@ -547,7 +586,6 @@ class Transformer(nn.Module):
         if custom_decoder is not None:
             self.decoder = custom_decoder
         else:
-            dec_options = dict(layer_options)
             if decoder_attention is not None:
                 dec_options["attention"] = decoder_attention
             dec_layer = TransformerDecoderLayer(**common, **layout, **factory, **dec_options)

@@ -39,7 +39,7 @@ from attnkit.mechanisms.hierarchical import (
     RecurrentEncoder,
 )
 from attnkit.mechanisms.hopfield import Hopfield, HopfieldLayer, HopfieldPooling, hopfield_update
-from attnkit.mechanisms.latent import LatentCrossAttention, PerceiverEncoder
+from attnkit.mechanisms.latent import LatentCrossAttention, LatentSelfAttention, PerceiverEncoder
 from attnkit.mechanisms.multi_head import MultiHeadAttention
 from attnkit.mechanisms.multi_hop import (
     AttentiveQueryTransform,
@@ -105,6 +105,7 @@ __all__ = [
     "InducedSetAttentionBlock",
     "InteractiveCoAttention",
     "LatentCrossAttention",
+    "LatentSelfAttention",
     "LearnedQueryAttention",
     "LinearQueryTransform",
     "MultiGrainedCoAttention",

@@ -23,13 +23,18 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit.core.call import AttentionOutput
 from attnkit.core.general import GeneralAttention
 from attnkit.mechanisms.hierarchical import AlignSpec, ScoreSpec, per_level
 
 
-@dataclass(frozen=True)
-class AttentionViaAttentionOutput:
+@dataclass(frozen=True, kw_only=True)
+class AttentionViaAttentionOutput(AttentionOutput):
     """What :class:`AttentionViaAttention` returns (without the ``M`` axis for a single query).
+
+    An :class:`~attnkit.AttentionOutput` (``context``, ``weights``, ``log_prob`` as there)
+    with this mechanism's extra fields (keyword-only). ``weights`` is None: the two levels'
+    weights are ``high_weights`` and ``low_weights``.
 
     Attributes:
         context: ``concat(c^(w), c^(c))`` ``[B, M, d_v^(w) + d_v^(c)]``.
@@ -39,7 +44,6 @@ class AttentionViaAttentionOutput:
         low_weights: character-level weights ``[B, M, n_c]``, when ``return_weights=True``.
     """
 
-    context: Tensor
     high_context: Tensor
     low_context: Tensor
     high_weights: Tensor | None = None

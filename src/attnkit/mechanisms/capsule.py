@@ -29,14 +29,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.core.align import Align, build_align
+from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
 from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Score, build_score
 
 
-@dataclass(frozen=True)
-class CapsuleOutput:
+@dataclass(frozen=True, kw_only=True)
+class CapsuleOutput(AttentionOutput):
     """What :class:`CapsuleAttention` returns (``C`` classes, ``N`` feature vectors).
+
+    An :class:`~attnkit.AttentionOutput` (``context``, ``weights``, ``log_prob`` as there)
+    with this mechanism's extra fields (keyword-only).
 
     Attributes:
         context: the capsules' context vectors ``c_c``, ``[B, C, d_v]``.
@@ -48,12 +52,9 @@ class CapsuleOutput:
         log_prob: ``[B, C]`` log-probability of what a stochastic alignment sampled, else ``None``.
     """
 
-    context: Tensor
     probabilities: Tensor
     reconstructions: Tensor
     feature_mean: Tensor
-    weights: Tensor | None = None
-    log_prob: Tensor | None = None
 
 
 class CapsuleAttention(nn.Module):

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core.align import Align, build_align
+from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
 from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Activation, Additive, Score, build_score, resolve_activation
@@ -36,9 +37,13 @@ Pair = tuple[Tensor, Tensor]  # (set 1, set 2)
 Masks = tuple[Tensor | None, Tensor | None]
 
 
-@dataclass(frozen=True)
-class CoAttentionOutput:
+@dataclass(frozen=True, kw_only=True)
+class CoAttentionOutput(AttentionOutput):
     """What a co-attention module returns.
+
+    An :class:`~attnkit.AttentionOutput` (``context``, ``weights``, ``log_prob`` as there)
+    with this mechanism's extra fields (keyword-only). ``weights`` is a dict, one
+    entry per context, as ``contexts``.
 
     Attributes:
         context: the context vectors the output model gets, concatenated: ``[B, Σ d_v]``.
@@ -48,11 +53,9 @@ class CoAttentionOutput:
         log_prob: ``[B]`` summed log-probability of stochastic alignments' samples, else None.
     """
 
-    context: Tensor
     contexts: dict[str, Tensor]
-    weights: dict[str, Tensor] | None = None
+    weights: dict[str, Tensor] | None = None  # type: ignore[assignment]
     affinity: Tensor | None = None
-    log_prob: Tensor | None = None
 
 
 def _per_set(spec: object, count: int, what: str) -> tuple:

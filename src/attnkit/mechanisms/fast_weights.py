@@ -34,8 +34,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from attnkit.efficient.linear import TAXONOMY as LINEAR_TAXONOMY
-from attnkit.efficient.linear import elu_feature_map, kernel_attention
+from attnkit.core.kernel import TAXONOMY as LINEAR_TAXONOMY
+from attnkit.core.kernel import elu_feature_map, kernel_attention
 
 FeatureMap = Callable[[Tensor], Tensor]
 UpdateRule = Literal["sum", "delta"]
@@ -129,7 +129,7 @@ class FastWeightProgrammer(nn.Module):
         d_key: per-head size of keys and queries (default ``d_model // num_heads``); the values
             have the same size.
         update_rule: ``"sum"`` (``W += v φ(k)^T``, normalised: causal linear attention, computed
-            by :func:`attnkit.efficient.linear.kernel_attention`) or ``"delta"`` (overwrite with
+            by :func:`attnkit.core.kernel.kernel_attention`) or ``"delta"`` (overwrite with
             a learned rate ``β_t = sigmoid(w_β^T x_t)``, computed step by step).
 
     Shapes: ``x [B, T, d_model]`` → ``[B, T, d_model]``; output ``t`` sees inputs ``<= t``.

@@ -35,24 +35,31 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
 from attnkit.core.hooks import observed
 
 
-@dataclass(frozen=True)
-class GraphAttentionOutput:
-    """What a graph attention layer returns.
+@dataclass(frozen=True, kw_only=True)
+class GraphAttentionOutput(AttentionOutput):
+    """What a graph attention layer returns: an :class:`~attnkit.AttentionOutput` whose context
+    is the new node features, plus the edges attended over (keyword-only).
 
     Attributes:
-        nodes: new node features ``[N, K·F']`` (concatenated heads) or ``[N, F']`` (averaged).
+        context: new node features ``[N, K·F']`` (concatenated heads) or ``[N, F']``
+            (averaged); also :attr:`nodes`.
         edge_index: the edges attended over ``[2, E']`` (the input's, with self-loops added).
-        weights: ``α_ij`` per edge and head ``[E', K]``, before dropout; they sum to one over
-            each node's incoming edges.
+        weights: ``α_ij`` per edge and head ``[E', K]`` (a graph's weights are per edge, not a
+            ``[B, H, M, N]`` matrix), before dropout; they sum to one over each node's incoming
+            edges.
     """
 
-    nodes: Tensor
     edge_index: Tensor
-    weights: Tensor
+
+    @property
+    def nodes(self) -> Tensor:
+        """The new node features (``context``)."""
+        return self.context
 
 
 def check_graph(name: str, x: Tensor, edge_index: Tensor, in_features: int) -> None:
@@ -165,7 +172,7 @@ class _GraphAttentionBase(nn.Module):
         out = out.flatten(1) if self.concat else out.mean(1)  # GAT eq. (5) / (6)
         if self.bias is not None:
             out = out + self.bias
-        return GraphAttentionOutput(out, edge_index, weights)
+        return GraphAttentionOutput(context=out, edge_index=edge_index, weights=weights)
 
     def _through_engine(
         self, scores: Tensor, messages: Tensor, edge_index: Tensor, n: int

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnkit.core.align import Align, build_align
+from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
 from attnkit.core.scores import Score, build_score
 
@@ -94,9 +95,13 @@ class RecurrentEncoder(nn.Module):
         return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype))
 
 
-@dataclass(frozen=True)
-class HierarchicalAttentionOutput:
+@dataclass(frozen=True, kw_only=True)
+class HierarchicalAttentionOutput(AttentionOutput):
     """What :class:`HierarchicalAttention` returns.
+
+    An :class:`~attnkit.AttentionOutput` (``context``, ``weights``, ``log_prob`` as there)
+    with this mechanism's extra fields (keyword-only). ``weights`` is None: the two levels'
+    weights are ``word_weights`` and ``sentence_weights``.
 
     Attributes:
         context: the document vector ``c^(D)`` ``[B, d_sentence]``.
@@ -108,7 +113,6 @@ class HierarchicalAttentionOutput:
             when ``return_weights=True``.
     """
 
-    context: Tensor
     sentence_vectors: Tensor
     word_weights: Tensor | None = None
     sentence_weights: Tensor | None = None

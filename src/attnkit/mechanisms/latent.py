@@ -32,7 +32,6 @@ from torch import Tensor, nn
 
 from attnkit.core.align import Align
 from attnkit.core.scores import Score
-from attnkit.layers.transformer import TransformerEncoderLayer
 from attnkit.mechanisms.multi_head import MultiHeadAttention
 from attnkit.mechanisms.sets import check_set
 
@@ -103,6 +102,51 @@ class LatentCrossAttention(nn.Module):
         return latents + self.dropout(self.feedforward(self.norm_feedforward(latents)))
 
 
+class LatentSelfAttention(nn.Module):
+    """The Perceiver's latent Transformer layer: the latents attend to each other.
+
+    ``z ← z + MultiHead(LN(z), LN(z), LN(z))``, then ``z ← z + MLP(LN(z))`` (pre-LayerNorm, GELU),
+    ``O(N²)`` in the number of latents, independent of the input length. Its parameter names
+    are those of a pre-norm ``attnkit.layers.TransformerEncoderLayer`` (``self_attn``,
+    ``linear1``, ``linear2``, ``norm1``, ``norm2``), which computes the same; it is built here
+    from the mechanisms' own pieces because mechanisms sit below layers in attnkit's layer order.
+
+    Args:
+        d_latent: ``D``; num_heads: heads of the self-attention; d_feedforward: MLP width;
+        dropout: on attention weights and residual branches (training mode only);
+        score, align: any attnkit score and alignment.
+
+    Shapes: ``latents [B, N, D]`` → ``[B, N, D]``.
+    """
+
+    taxonomy = TAXONOMY
+
+    def __init__(
+        self,
+        d_latent: int,
+        num_heads: int,
+        d_feedforward: int,
+        dropout: float = 0.0,
+        score: str | Score | Sequence[str | Score] = "scaled_dot",
+        align: str | Align = "softmax",
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(
+            d_latent, num_heads, dropout=dropout, batch_first=True, score=score, align=align
+        )
+        self.norm1 = nn.LayerNorm(d_latent)
+        self.norm2 = nn.LayerNorm(d_latent)
+        self.linear1 = nn.Linear(d_latent, d_feedforward)
+        self.linear2 = nn.Linear(d_feedforward, d_latent)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, latents: Tensor) -> Tensor:
+        z = self.norm1(latents)
+        latents = latents + self.dropout(self.self_attn(z, z, z, need_weights=False)[0])
+        hidden = self.dropout(F.gelu(self.linear1(self.norm2(latents))))
+        return latents + self.dropout(self.linear2(hidden))
+
+
 class _PerceiverBlock(nn.Module):
     """One cross-attention followed by ``num_latent_layers`` latent self-attention layers."""
 
@@ -123,17 +167,7 @@ class _PerceiverBlock(nn.Module):
             d_latent, d_input, num_cross_heads, d_feedforward, dropout, score, align
         )
         self.latent_layers = nn.ModuleList(
-            TransformerEncoderLayer(
-                d_latent,
-                num_heads,
-                d_feedforward,
-                dropout,
-                activation=F.gelu,
-                batch_first=True,
-                norm_first=True,
-                score=score,
-                align=align,
-            )
+            LatentSelfAttention(d_latent, num_heads, d_feedforward, dropout, score, align)
             for _ in range(num_latent_layers)
         )
 

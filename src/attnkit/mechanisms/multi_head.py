@@ -26,44 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.core.align import Align, Softmax, build_align
-from attnkit.core.call import AttentionOutput
-from attnkit.core.engine import attention
 from attnkit.core.hooks import runs_exact
+from attnkit.core.kinds import EXACT, AttentionKind, create_kind
 from attnkit.core.masks import causal as causal_mask
 from attnkit.core.scores import ScaledDot, Score, build_score
 from attnkit.taxonomy import QueryType
-
-#: ``fn(q, k, v, *, score, align, mask, causal, dropout, return_weights) -> AttentionOutput`` with
-#: ``q [N, H, L, d_k]``, ``k [N, G, S, d_k]``, ``v [N, G, S, d_v]`` (the signature of
-#: :func:`attnkit.attention`).
-AttentionKind = Callable[..., AttentionOutput]
-
-#: the attention kinds ``MultiHeadAttention(attention=...)`` can run; efficient (approximate)
-#: kinds are added with :func:`register_attention_kind`.
-ATTENTION_KINDS: dict[str, AttentionKind] = {"exact": attention}
-
-
-#: kinds with learned parameters: name → constructor ``(num_heads, head_dim_k, head_dim_v)`` of
-#: a module with the :data:`AttentionKind` signature; each ``MultiHeadAttention`` builds its own.
-ATTENTION_FACTORIES: dict[str, Callable[[int, int, int], nn.Module]] = {}
-
-
-def register_attention_kind(name: str, fn: Callable, *, factory: bool = False) -> None:
-    """Make ``MultiHeadAttention(attention=name)`` run ``fn`` (see :data:`AttentionKind`); with
-    ``factory=True``, ``fn(num_heads, head_dim_k, head_dim_v)`` builds a module per instance
-    (for kinds with learned parameters, which then appear in its ``state_dict``)."""
-    if name in ATTENTION_KINDS or name in ATTENTION_FACTORIES:
-        raise ValueError(f"attention kind {name!r} is already registered")
-    (ATTENTION_FACTORIES if factory else ATTENTION_KINDS)[name] = fn
-
-
-def _attention_kind(name: str, sizes: tuple[int, int, int]) -> AttentionKind:
-    if isinstance(name, str) and name in ATTENTION_FACTORIES:
-        return ATTENTION_FACTORIES[name](*sizes)
-    if not isinstance(name, str) or name not in ATTENTION_KINDS:
-        valid = ", ".join(repr(k) for k in [*ATTENTION_KINDS, *ATTENTION_FACTORIES])
-        raise ValueError(f"unknown attention kind {name!r}; expected one of: {valid}")
-    return ATTENTION_KINDS[name]
 
 
 class HeadwiseScore(Score):
@@ -206,8 +173,13 @@ class MultiHeadAttention(nn.Module):
         align: an alignment name or object, shared by the heads, built with ``(d_k, d_k)``.
         head_dim_k: ``d_k``, query/key size per head (default ``E // H``).
         head_dim_v: ``d_v``, value size per head (default ``E // H``).
-        attention: the attention kind (see :data:`ATTENTION_KINDS`): ``"exact"``, or an efficient
-                kind registered by ``attnkit.efficient`` (``"sliding_window"``, ``"linear"``, …).
+        attention: the attention kind (:mod:`attnkit.core.kinds`): a registered name
+            (``"exact"``, the engine; ``"sliding_window"``, ``"linear"``, ``"linformer"``, … of
+            ``attnkit.efficient``, with their default hyperparameters) or a configured kind
+            object (``ak.efficient.LinformerAttention(max_length=8192)``), which this module
+            binds to its head sizes and owns: a kind with parameters (Linformer, Performer,
+            Synthesizer) is a submodule ``_attend`` (saved in the ``state_dict``) and cannot be
+            given to a second module. ``self.attention`` is the kind's name (read-only).
         query_type: where the queries come from, in the survey's words (§3.3.1), for the
             taxonomy: ``"Self-Attentive"`` (default), ``"Basic"`` or ``"Specialized"``.
 
@@ -255,7 +227,7 @@ class MultiHeadAttention(nn.Module):
         align: str | Align = "softmax",
         head_dim_k: int | None = None,
         head_dim_v: int | None = None,
-        attention: str = "exact",
+        attention: str | AttentionKind = "exact",
         query_type: str = "Self-Attentive",
     ) -> None:
         super().__init__()
@@ -283,14 +255,18 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"unknown query_type {query_type!r}; expected one of: {valid}"
             ) from None
-        self.attention = attention
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.kdim = embed_dim if kdim is None else kdim
         self.vdim = embed_dim if vdim is None else vdim
         self.head_dim_k = embed_dim // num_heads if head_dim_k is None else head_dim_k
         self.head_dim_v = embed_dim // num_heads if head_dim_v is None else head_dim_v
-        # a module (a kind with parameters) registers as a submodule: saved with the weights
-        self._attend = _attention_kind(attention, (num_heads, self.head_dim_k, self.head_dim_v))
+        # a kind that is a module (parameters, buffers) registers as a submodule: saved with the
+        # weights under ``_attend.*``
+        kind = create_kind(attention).bind(num_heads, self.head_dim_k, self.head_dim_v)
+        if isinstance(attention, str) and isinstance(kind, nn.Module):
+            kind.to(device=device, dtype=dtype)  # built here, so placed like the projections
+        self._attend: AttentionKind = kind
+        self._attention_name = str(kind.name)
         self.head_dim = self.head_dim_k  # torch's name: the size the scores are scaled by
         self.dropout, self.batch_first, self.add_zero_attn = dropout, batch_first, add_zero_attn
         self.taxonomy: dict[str, object] = {
@@ -298,7 +274,7 @@ class MultiHeadAttention(nn.Module):
             "query_type": query_type,
         }
         # A kind other than exact attention declares its own place (e.g. its alignment).
-        self.taxonomy |= getattr(self._attend, "taxonomy", None) or {}
+        self.taxonomy |= kind.taxonomy or {}
 
         def empty(*shape: int) -> nn.Parameter:
             return nn.Parameter(torch.empty(*shape, device=device, dtype=dtype))
@@ -365,17 +341,24 @@ class MultiHeadAttention(nn.Module):
         )
 
     @property
+    def attention(self) -> str:
+        """The name of the attention kind this module runs (``"exact"``, ``"linformer"``, …)."""
+        return self._attention_name
+
+    @property
+    def attention_kind(self) -> AttentionKind:
+        """The kind object this module runs now between its projections and ``out_proj``: its
+        own, or exact attention inside ``attnkit.layers.exact_kinds`` (a scope of this context,
+        see :mod:`attnkit.core.hooks`)."""
+        return EXACT if runs_exact(self) else self._attend
+
+    @property
     def forms_weights(self) -> bool:
         """Whether this module attends through :func:`attnkit.attention`, so its attention
         weights exist to be recorded (``interpret.record``) or replaced (``evaluate.ablate``).
         An efficient kind (``attention="linear"``, ...) forms none, except while
         ``attnkit.layers.exact_kinds`` runs it as exact attention."""
-        return self.current_kind() is attention
-
-    def current_kind(self) -> AttentionKind:
-        """The attention this module runs now: its kind, or exact attention inside
-        ``attnkit.layers.exact_kinds`` (a scope of this context, see :mod:`attnkit.core.hooks`)."""
-        return attention if runs_exact(self) else self._attend
+        return bool(self.attention_kind.forms_weights)
 
     def extra_repr(self) -> str:
         return (
@@ -466,13 +449,13 @@ class MultiHeadAttention(nn.Module):
             k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], 2)
             v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], 2)
 
-        out = self.current_kind()(  # eq. (39), every head at once
+        out = self.attention_kind(  # eq. (39), every head at once
             q,
             k,
             v,
             score=self.score,
             align=self.align,
-            mask=_engine_mask(allowed, bias, extra),
+            mask=engine_mask(allowed, bias, extra),
             causal=causal,
             dropout=self.dropout if self.training else 0.0,
             return_weights=need_weights,
@@ -605,9 +588,10 @@ def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
     return a if b is None else a + b
 
 
-def _engine_mask(allowed: Tensor | None, bias: Tensor | None, extra: int) -> Tensor | None:
-    """One mask for :func:`attnkit.attention` (bool, or float with ``-inf`` for removed keys),
-    with ``extra`` admissible keys appended (``bias_k`` and the zero key, as torch pads)."""
+def engine_mask(allowed: Tensor | None, bias: Tensor | None, extra: int = 0) -> Tensor | None:
+    """One mask for :func:`attnkit.attention` (bool, or float with ``-inf`` for removed keys)
+    from :meth:`MultiHeadAttention._masks`' torch-convention parts, with ``extra`` admissible keys
+    appended (``bias_k`` and the zero key, as torch pads)."""
     if extra:
         allowed = None if allowed is None else F.pad(allowed, (0, extra), value=True)
         bias = None if bias is None else F.pad(bias, (0, extra), value=0.0)

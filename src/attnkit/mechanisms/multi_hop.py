@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core.align import Align, build_align
+from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
 from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Activation, Score, build_score, resolve_activation
@@ -162,9 +163,12 @@ class AttentiveQueryTransform(nn.Module):
         return out.context
 
 
-@dataclass(frozen=True)
-class MultiHopOutput:
+@dataclass(frozen=True, kw_only=True)
+class MultiHopOutput(AttentionOutput):
     """What :class:`MultiHopAttention` returns (``(M,)``: absent for a single query ``[B, d_q]``).
+
+    An :class:`~attnkit.AttentionOutput` (``context``, ``weights``, ``log_prob`` as there)
+    with this mechanism's extra fields (keyword-only).
 
     Attributes:
         context: the final context ``c^(S)``, ``[B, (M,) d_v]``.
@@ -176,13 +180,10 @@ class MultiHopOutput:
         log_prob: each hop's log-probability ``[B, S, (M,)]`` for stochastic alignments.
     """
 
-    context: Tensor
     contexts: Tensor
     queries: Tensor
     initial_query: Tensor
     initial_context: Tensor
-    weights: Tensor | None = None
-    log_prob: Tensor | None = None
 
 
 class MultiHopAttention(nn.Module):

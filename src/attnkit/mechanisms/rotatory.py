@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core.align import Align, build_align
+from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
 from attnkit.core.masks import masked_mean
 from attnkit.core.scores import Score, build_score
@@ -35,9 +36,13 @@ AlignSpec = str | Align
 PARTS = ("l", "r", "lt", "rt")
 
 
-@dataclass(frozen=True)
-class RotatoryOutput:
+@dataclass(frozen=True, kw_only=True)
+class RotatoryOutput(AttentionOutput):
     """What rotatory attention returns.
+
+    An :class:`~attnkit.AttentionOutput` (``context``, ``weights``, ``log_prob`` as there)
+    with this mechanism's extra fields (keyword-only). ``weights`` is a dict, one
+    entry per representation, as ``contexts``.
 
     Attributes:
         context: ``r = concat(r^l, r^r, r^lt, r^rt)`` (eq. 20), ``[B, d_vl + d_vr + 2 d_vt]``.
@@ -50,10 +55,8 @@ class RotatoryOutput:
             this output's content); empty for one rotation.
     """
 
-    context: Tensor
     contexts: dict[str, Tensor]
-    weights: dict[str, Tensor] | None = None
-    log_prob: Tensor | None = None
+    weights: dict[str, Tensor] | None = None  # type: ignore[assignment]
     hops: tuple[RotatoryOutput, ...] = ()
 
 

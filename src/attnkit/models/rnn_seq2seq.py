@@ -33,12 +33,7 @@ from attnkit.models.gru_encoder import GRUEncoder
 from attnkit.models.inputs import check_batch
 from attnkit.models.luong_decoder import LuongDecoder
 from attnkit.models.outputs import Seq2SeqOutput, Translation
-from attnkit.models.translation import (
-    check_translate_arguments,
-    eval_mode,
-    score_translations,
-    search,
-)
+from attnkit.models.translation import check_translate_arguments, eval_mode, search_and_score
 
 STYLES = ("bahdanau", "luong")
 _DEFAULT_SCORE = {"bahdanau": "additive", "luong": "general"}
@@ -210,24 +205,13 @@ class RNNSeq2Seq(nn.Module):
                 features, _ = self.decoder.step(embedded, caches[0], memory)
                 return self.decoder.readout(features)[:, None]
 
-            hypotheses = search(
-                step,
-                [state],
-                source.shape[0],
-                beam_size=beam_size,
-                max_length=max_length,
-                bos_id=self.bos_id,
-                eos_id=self.eos_id,
-                length_penalty=length_penalty,
-                device=source.device,
-            )
-            return score_translations(
+            return search_and_score(
                 self,
                 source,
                 source_lengths,
-                hypotheses,
-                bos_id=self.bos_id,
-                eos_id=self.eos_id,
-                pad_id=self.pad_id,
+                step,
+                [state],
+                beam_size=beam_size,
+                max_length=max_length,
                 length_penalty=length_penalty,
             )

@@ -30,12 +30,7 @@ from attnkit.layers.transformer import (
 )
 from attnkit.models.inputs import check_batch
 from attnkit.models.outputs import Seq2SeqOutput, Translation
-from attnkit.models.translation import (
-    check_translate_arguments,
-    eval_mode,
-    score_translations,
-    search,
-)
+from attnkit.models.translation import check_translate_arguments, eval_mode, search_and_score
 
 #: attention kinds that can be the decoder's self-attention: causal, and the same when decoding
 #: one token at a time against cached keys (one query, ``S`` keys) as over the whole target
@@ -242,24 +237,13 @@ class TransformerSeq2Seq(nn.Module):
             memory = memory.repeat_interleave(beam_size, 0)
             padding = padding.repeat_interleave(beam_size, 0)
             caches = self._decoder().new_caches(max_length + 1) if use_cache else None
-            hypotheses = search(
-                self.step_function(memory, padding, incremental=use_cache),
-                caches,
-                source.shape[0],
-                beam_size=beam_size,
-                max_length=max_length,
-                bos_id=self.bos_id,
-                eos_id=self.eos_id,
-                length_penalty=length_penalty,
-                device=source.device,
-            )
-            return score_translations(
+            return search_and_score(
                 self,
                 source,
                 source_lengths,
-                hypotheses,
-                bos_id=self.bos_id,
-                eos_id=self.eos_id,
-                pad_id=self.pad_id,
+                self.step_function(memory, padding, incremental=use_cache),
+                caches,
+                beam_size=beam_size,
+                max_length=max_length,
                 length_penalty=length_penalty,
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -97,6 +97,54 @@ def score_translations(
         weights = out.weights[i, : len(tokens) + 1, : int(source_lengths[i])]
         translations.append(Translation(tokens=list(tokens), weights=weights, score=score))
     return translations
+
+
+class Seq2SeqModel(Protocol):
+    """What :func:`search_and_score` needs of a model: its special tokens and a teacher-forced
+    ``model(source, source_lengths, target_in) -> Seq2SeqOutput``."""
+
+    bos_id: int
+    eos_id: int
+    pad_id: int
+
+    def __call__(self, source: Tensor, source_lengths: Tensor, target_in: Tensor) -> Any: ...
+
+
+def search_and_score(
+    model: Seq2SeqModel,
+    source: Tensor,
+    source_lengths: Tensor,
+    step: Callable[[Tensor, Any], Tensor],
+    caches: Sequence[Any] | None,
+    *,
+    beam_size: int,
+    max_length: int,
+    length_penalty: float,
+) -> list[Translation]:
+    """The part of ``translate`` every encoder–decoder shares once its memory is encoded (and
+    repeated per beam): greedy or beam :func:`search` with the model's ``step`` and ``caches``,
+    then :func:`score_translations` by one teacher-forced pass."""
+    hypotheses = search(
+        step,
+        caches,
+        source.shape[0],
+        beam_size=beam_size,
+        max_length=max_length,
+        bos_id=model.bos_id,
+        eos_id=model.eos_id,
+        length_penalty=length_penalty,
+        device=source.device,
+    )
+    return score_translations(
+        model,
+        source,
+        source_lengths,
+        hypotheses,
+        bos_id=model.bos_id,
+        eos_id=model.eos_id,
+        pad_id=model.pad_id,
+        length_penalty=length_penalty,
+    )
 
 
 @contextmanager
