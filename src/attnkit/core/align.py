@@ -31,25 +31,50 @@ from attnkit.core.registry import Registry
 from attnkit.core.scores import Additive
 
 
+def possibly(t: Tensor) -> bool:
+    """``bool(t.any())``, but ``True`` for ``meta`` tensors, whose values are unknown: guards a
+    rarely needed fix-up (non-finite scores) without reading values that do not exist."""
+    return t.device.type == "meta" or bool(t.any())
+
+
+def _shifted(e: Tensor, dim: int = -1) -> Tensor:
+    """``e - max(e)`` along ``dim``, with the limits attnkit defines for non-finite scores:
+
+    - a row with no admissible score (all ``-inf``) keeps ``-inf`` everywhere (it gets 0 weights);
+    - a row with ``+inf`` scores: ``0`` at its ``+inf`` keys and ``-inf`` elsewhere, so softmax
+      shares the weight equally among the ``+inf`` keys — the limit of softmax as those scores
+      grow together — and its gradient with respect to the scores is 0 (no ``inf - inf``);
+    - a row with a NaN score stays NaN (its max is NaN).
+    """
+    peak = e.detach().amax(dim, keepdim=True)
+    top = torch.isposinf(peak)
+    shifted = e - torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
+    if possibly(top):
+        limit = torch.where(torch.isposinf(e), 0.0, float("-inf")).to(e.dtype)
+        shifted = torch.where(top, limit, shifted)
+    peak_is_nan = torch.isnan(peak)
+    if possibly(peak_is_nan):
+        shifted = torch.where(peak_is_nan, torch.full_like(shifted, float("nan")), shifted)
+    return shifted
+
+
 def masked_softmax(e: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
-    """Softmax over ``dim`` (eq. 25) restricted to ``mask``; rows with no admissible key give 0."""
+    """Softmax over ``dim`` (eq. 25) restricted to ``mask``; rows with no admissible key give 0,
+    rows with ``+inf`` scores share the weight equally among them, rows with a NaN score are NaN.
+    """
     if mask is not None:
         e = e.masked_fill(~mask, float("-inf"))
     # Softmax is shift-invariant, so the max can be a constant: this keeps all-masked rows finite.
-    peak = e.detach().amax(dim, keepdim=True)
-    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-    p = torch.exp(e - peak)
+    p = torch.exp(_shifted(e, dim))
     total = p.sum(dim, keepdim=True)
-    return p / torch.where(total > 0, total, torch.ones_like(total))
+    return p / torch.where(total == 0, torch.ones_like(total), total)
 
 
 def masked_log_softmax(e: Tensor, mask: Tensor | None = None) -> Tensor:
     """``log`` of :func:`masked_softmax` over the last dim; masked entries are ``-inf``."""
     if mask is not None:
         e = e.masked_fill(~mask, float("-inf"))
-    peak = e.detach().amax(-1, keepdim=True)
-    peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-    shifted = e - peak
+    shifted = _shifted(e)
     return shifted - torch.logsumexp(shifted, -1, keepdim=True)
 
 
@@ -129,24 +154,37 @@ def _with_nan_rows(a: Tensor, rows: Tensor) -> Tensor:
 
 
 def _fill_masked(e: Tensor, mask: Tensor | None) -> Tensor:
-    """Replace masked scores by a finite value below every sparse support.
+    """Replace masked and ``-inf`` scores by a finite value below every sparse support.
 
     Sparsemax gives zero weight to scores below ``max - 1`` and 1.5-entmax to scores below
     ``max - 2`` (their thresholds), so any value under that is exactly like an absent key —
-    and, unlike ``-inf``, cannot produce NaN in their sort-based thresholds (entmax#19). NaN
-    scores are set to 0 here (their rows are made NaN afterwards), since they crash the sort.
+    and, unlike ``-inf``, cannot produce NaN in their sort-based thresholds (entmax#19). NaN and
+    ``+inf`` scores are set to 0 here (their rows are replaced afterwards), since they crash the
+    sort.
     """
-    e = torch.where(torch.isnan(e), torch.zeros_like(e), e)
-    if mask is None:
-        return e
-    mask = mask.expand_as(e)
-    peak = e.detach().masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)
+    present = e > float("-inf")  # False for -inf and NaN: absent (NaN rows are replaced later)
+    if mask is not None:
+        present = present & mask
+    e = torch.where(torch.isfinite(e), e, torch.zeros_like(e))
+    peak = e.detach().masked_fill(~present, float("-inf")).amax(-1, keepdim=True)
     peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))
-    return torch.where(mask, e, peak - 2 * peak.abs() - 4)
+    return torch.where(present, e, peak - 2 * peak.abs() - 4)
+
+
+def infinite_rows(e: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``(rows [..., M, 1], share [..., M, N])``: the rows with a ``+inf`` admissible score, and
+    the weights attnkit defines for them — equal shares of the ``+inf`` keys, 0 elsewhere (the
+    limit of softmax, sparsemax and 1.5-entmax as those scores grow together)."""
+    top = torch.isposinf(e.detach())
+    if mask is not None:
+        top = top & mask
+    count = top.sum(-1, keepdim=True)
+    share = top.to(e.dtype) / torch.where(count > 0, count, torch.ones_like(count)).to(e.dtype)
+    return count > 0, share
 
 
 class _Sparse(Align):
-    """A sparse mapping of the ``entmax`` package, made safe for masks and NaN."""
+    """A sparse mapping of the ``entmax`` package, made safe for masks, NaN and infinities."""
 
     taxonomy = {"alignment": "Sparse"}
     mapping: Callable[..., Tensor]  # each subclass names its function of the entmax package
@@ -154,6 +192,10 @@ class _Sparse(Align):
     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
         a = self.mapping(_fill_masked(e, mask), dim=-1)
         a = a if mask is None else a * mask
+        a = a * (e > float("-inf"))  # an admissible -inf score is an absent key
+        top, share = infinite_rows(e, mask)
+        if possibly(top):
+            a = torch.where(top, share, a)
         return _with_nan_rows(a, nan_rows(e, mask)), None
 
 
@@ -395,7 +437,8 @@ class Reinforced(_Reinforce):
         kept = chosen & admissible
         kept = torch.where(kept.any(-1, keepdim=True), kept, admissible)
         log_p = torch.where(chosen, F.logsigmoid(logits), F.logsigmoid(-logits))
-        log_prob = (log_p * admissible).sum(-1)
+        # where, not a product: a NaN logit at a masked key (NaN in a masked key) stays out.
+        log_prob = torch.where(admissible, log_p, torch.zeros_like(log_p)).sum(-1)
         return _with_nan_rows(masked_softmax(e, kept), nan_rows(e, mask)), log_prob
 
 

@@ -8,7 +8,7 @@ was expected and what was given, so no backend ever fails deep inside PyTorch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -70,6 +70,9 @@ class AttentionCall:
     three_d: bool  # inputs were [B, L, d]: outputs drop the head dimension
     summary: str | None = None  # "column_sum" | "entropy" | "argmax"
     return_lse: bool = False
+    # q, k, v and the float mask hold only finite numbers (assumed on "meta", which has no
+    # values). Fused kernels are only trusted with finite inputs (see sdpa.py).
+    finite: bool = True
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -140,6 +143,12 @@ def _check_tensors(q: Tensor, k: Tensor, v: Tensor) -> None:
             f"q, k, v must share the batch size (dim 0), got {tuple(q.shape)}, "
             f"{tuple(k.shape)}, {tuple(v.shape)}"
         )
+    for name, t in (("q", q), ("k", k)):
+        if t.shape[-1] == 0:
+            # A score of no features is undefined (0 · 1/sqrt(0) for the scaled dot product).
+            raise ValueError(
+                f"{name} needs at least one feature (its last dim), got shape {tuple(t.shape)}"
+            )
     if q.dim() == 4:
         if k.shape[1] != v.shape[1]:
             raise ValueError(
@@ -245,14 +254,14 @@ def prepare(
             half = q.dtype in (torch.float16, torch.bfloat16)
             bias = torch.where(allowed, mask, torch.zeros_like(mask))
             bias = bias.to(torch.float32 if half else q.dtype)
-            if bool(allowed.all()):
+            if allowed.device.type != "meta" and bool(allowed.all()):
                 allowed = None
     if mask_mod is not None:
         # Fail here, on the first block, rather than deep inside a backend.
         probe = mask_mod(*index_grids(b, h, min(m, 1), min(n, 1), q.device))
         if not isinstance(probe, Tensor) or probe.dtype != torch.bool:
             raise TypeError(f"mask_mod must return a bool tensor, got {type(probe).__name__}")
-    return AttentionCall(
+    call = AttentionCall(
         q=q,
         k=k,
         v=v,
@@ -269,4 +278,32 @@ def prepare(
         three_d=three_d,
         summary=summary,
         return_lse=return_lse,
+        finite=_all_finite(q, k, v, bias),
     )
+    return call if call.finite else _without_unreachable_keys(call)
+
+
+def _all_finite(*tensors: Tensor | None) -> bool:
+    """No NaN or infinity in any of ``tensors`` (``True`` on ``meta``).
+
+    One float64 sum per tensor: it is non-finite exactly when an element is (a float64 sum of
+    float32 or smaller numbers cannot overflow), and costs one read of the inputs, no copy."""
+    present = [t for t in tensors if t is not None and t.numel() and t.device.type != "meta"]
+    if not present:
+        return True
+    total = torch.stack([t.detach().sum(dtype=torch.float64) for t in present])
+    return bool(torch.isfinite(total).all())
+
+
+def _without_unreachable_keys(call: AttentionCall) -> AttentionCall:
+    """Zero the keys and values that no query may attend (padding), so that whatever they hold
+    (NaN, infinities) reaches no output and no gradient. A ``where``, not a product: nothing flows
+    to or from the replaced entries. Runs only when an input is non-finite."""
+    allowed = call.full_mask()
+    if allowed is None:
+        return call
+    b, h, m, n = call.shape
+    reachable = allowed.expand(b, h, m, n).any(-2).unsqueeze(-1)  # [B, H, N, 1]
+    k = torch.where(reachable, call.k, torch.zeros((), dtype=call.k.dtype, device=call.k.device))
+    v = torch.where(reachable, call.v, torch.zeros((), dtype=call.v.dtype, device=call.v.device))
+    return replace(call, k=k, v=v)

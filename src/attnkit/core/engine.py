@@ -239,9 +239,18 @@ def attention(
         :class:`AttentionOutput` with ``context [B, H, M, d_v]`` (3-D in, 3-D out), and
         ``weights``, ``lse``, ``log_prob`` as documented there.
 
-    A query with no admissible key gets a zero context, zero weights and zero gradients (never
-    NaN). NaN in admissible inputs propagates to the outputs it reaches; inputs at masked
-    positions must be finite too (as in PyTorch, a NaN value times a zero weight is NaN).
+    Non-finite numbers (the same on every backend, score and alignment; docs/reliability.md):
+
+    - a query with no admissible key gets a zero context, zero weights and zero gradients (never
+      NaN), whatever its query holds;
+    - NaN in an admissible input reaches what the formula computes from it: NaN in ``q_i`` makes
+      row ``i`` NaN (context, every weight, ``lse``); NaN in an admissible key, the rows whose
+      alignment reads its score; NaN in ``v_jf``, feature ``f`` of the rows admitting key ``j``;
+    - masked-out keys are absent: NaN or infinities in their keys, values or float-mask entries
+      reach no output (and, for keys no query may attend, no gradient);
+    - a ``+inf`` admissible score: the row's weight is shared equally by its ``+inf`` keys and
+      ``lse = +inf`` — the limit of softmax, sparsemax and 1.5-entmax as those scores grow
+      together; its weights are constant in the scores (zero gradient through them).
 
     Example::
 

@@ -64,6 +64,54 @@ def call_scores(
     return e
 
 
+def weighted_values(
+    a: Tensor, allowed: Tensor | None, v: Tensor, finite: bool | None = None
+) -> Tensor:
+    """``c = Σ_l a_l v_l`` over the admissible keys only (eq. 4; eq. 30 for weight vectors
+    ``a [..., M, N, d_v]``), as IEEE arithmetic would give it over those keys.
+
+    A matrix product would also multiply the zero weights of masked keys by their values, so a
+    NaN or infinite value at a masked key would poison rows that may not see it. With finite
+    values (``finite``; checked here when ``None``) that cannot happen and this is one product.
+    Otherwise the finite part is one product and the non-finite values are counted per row and
+    feature: NaN, or an infinity met by a zero weight (``0 · inf``), or infinities of both signs
+    give NaN; else an infinity with a positive weight gives that infinity.
+
+    Args:
+        a: weights ``[B, H, M, N]`` or ``[B, H, M, N, d_v]`` (0 at masked keys).
+        allowed: bool, broadcastable to ``[B, H, M, N]``; ``None``: every key.
+        v: values ``[B, H, N, d_v]``.
+    """
+    multi = a.dim() == v.dim() + 1
+
+    def product(x: Tensor, y: Tensor) -> Tensor:
+        return torch.einsum("bhmnd,bhnd->bhmd", x, y) if multi else x @ y
+
+    if finite is None:
+        finite = v.device.type == "meta" or bool(torch.isfinite(v).all())
+    if finite:
+        return product(a, v)
+    ok = torch.isfinite(v)
+    out = product(a, torch.where(ok, v, torch.zeros_like(v)))
+    admissible = torch.ones_like(a, dtype=torch.bool)
+    if allowed is not None:
+        admissible = admissible & (allowed.unsqueeze(-1) if multi else allowed)
+    w = a.detach()
+
+    def hits(weights: Tensor, values: Tensor) -> Tensor:
+        """Per row and feature: is there a key where both indicators hold."""
+        return product(weights.to(v.dtype), values.to(v.dtype)) > 0
+
+    up_w, down_w = admissible & (w > 0), admissible & (w < 0)
+    pos, neg = torch.isposinf(v), torch.isneginf(v)
+    up = hits(up_w, pos) | hits(down_w, neg)
+    down = hits(up_w, neg) | hits(down_w, pos)
+    nan = hits(admissible, torch.isnan(v)) | hits(admissible & (w == 0), ~ok) | (up & down)
+    infinity = torch.full_like(out, float("inf"))
+    out = torch.where(up, infinity, torch.where(down, -infinity, out))
+    return torch.where(nan, torch.full_like(out, float("nan")), out)
+
+
 def align_multi_dimensional(
     call: AttentionCall, e: Tensor, mask: Tensor | None, q: Tensor, k: Tensor, q_offset: int = 0
 ) -> tuple[Tensor, Tensor | None]:
@@ -112,10 +160,7 @@ def attend_rows(
     else:
         a, log_prob = call.align.sample(e, mask, query=q, key=k, q_offset=q_offset)
     a_used = F.dropout(a, call.dropout) if call.dropout > 0 else a
-    if call.score.value_features is not None:
-        context = torch.einsum("bhmnd,bhnd->bhmd", a_used, v.to(dtype))  # eq. (30)
-    else:
-        context = a_used @ v.to(dtype)  # eq. (4)
+    context = weighted_values(a_used, mask, v.to(dtype), call.finite or None)  # eq. (4), (30)
 
     lse = None
     if isinstance(call.align, Softmax) and call.score.value_features is None:

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from attnkit.core.align import possibly
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.reference import call_scores, compute_dtype, score_features
+from attnkit.core.reference import call_scores, compute_dtype, score_features, weighted_values
 
 #: numbers of one block's score tensor [B, H, bq, bk] (times the score's own elements per score)
 BLOCK_BUDGET = 1 << 21
@@ -75,6 +76,7 @@ class TiledPlan:
     seed: int  # dropout stream: block (i, j) draws from seed + i · n_key_blocks + j
     n_extras: int  # tensors after q, k, v that get gradients: the score's parameters first
     param_names: list[str]  # names of the score's parameters among them
+    finite_values: bool = True  # v holds no NaN/inf (else masked keys need weighted_values)
 
     def scores(self, qf: Tensor, kf: Tensor, q0: int, k0: int) -> Tensor:
         """Scores of a block of features, ``[B, H, bq, bk]`` (masked entries not filled)."""
@@ -107,7 +109,7 @@ class TiledPlan:
             for j, k0 in enumerate(range(0, n, self.block_k)):
                 k1 = min(n, k0 + self.block_k)
                 mask = self.call.mask_block(q0, q1, k0, k1)
-                if mask is not None:
+                if mask is not None and mask.device.type != "meta":
                     if not bool(mask.any()):
                         continue  # fully masked block: skipped, not computed
                     if bool(mask.all()):
@@ -115,12 +117,33 @@ class TiledPlan:
                 yield i, q0, q1, j, k0, k1, mask
 
 
-def _probabilities(s: Tensor, mask: Tensor | None, lse: Tensor) -> Tensor:
-    """``exp(s - lse)`` with masked entries and key-less rows (``lse = -inf``) at 0."""
+def _probabilities(s: Tensor, mask: Tensor | None, lse: Tensor, total: Tensor) -> Tensor:
+    """``exp(s - lse)`` with masked entries and key-less rows (``lse = -inf``) at 0; rows with a
+    ``+inf`` score (``lse = +inf``) share the weight among their ``+inf`` keys (``total`` of
+    them), rows with a NaN score are NaN (see ``align.masked_softmax``)."""
     if mask is not None:
         s = s.masked_fill(~mask, NEG_INF)
-    lse = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
-    return torch.exp(s - lse.unsqueeze(-1))
+    finite = torch.isfinite(lse)
+    p = torch.exp(s - torch.where(finite, lse, torch.zeros_like(lse)).unsqueeze(-1))
+    if possibly(~finite):
+        top, nan = torch.isposinf(lse).unsqueeze(-1), torch.isnan(lse).unsqueeze(-1)
+        share = (s == float("inf")).to(p.dtype) / total.unsqueeze(-1)
+        p = torch.where(top, share, torch.where(nan, torch.full_like(p, float("nan")), p))
+    return p
+
+
+def _limits(
+    s: Tensor, p: Tensor, old_max: Tensor, new_max: Tensor, rescale: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``(p, rescale)`` for rows whose running max is ``+inf``: each ``+inf`` score counts 1 and
+    every finite one 0, so the weight is shared among the ``+inf`` keys (the limit attnkit
+    defines, ``align.masked_softmax``); the previous blocks count only if they had one too."""
+    top = torch.isposinf(new_max)
+    if not possibly(top):
+        return p, rescale
+    p = torch.where(top.unsqueeze(-1), (s == float("inf")).to(p.dtype), p)
+    kept = torch.isposinf(old_max).to(rescale.dtype)
+    return p, torch.where(top, kept, rescale)
 
 
 def _online_softmax(
@@ -136,6 +159,7 @@ def _online_softmax(
     row_max = torch.full((b, h, m), NEG_INF, dtype=dtype, device=device)
     row_sum = torch.zeros(b, h, m, dtype=dtype, device=device)
     kind = plan.call.summary
+    finite = plan.finite_values
     row_ps = torch.zeros_like(row_sum) if kind == "entropy" else None  # Σ_j p_j s_j
     best = torch.full((b, h, m), -1, dtype=torch.long, device=device) if kind == "argmax" else None
     for i, q0, q1, j, k0, k1, mask in plan.blocks():
@@ -148,12 +172,13 @@ def _online_softmax(
         safe_max = torch.where(torch.isfinite(new_max), new_max, torch.zeros_like(new_max))
         p = torch.exp(s - safe_max.unsqueeze(-1))
         rescale = torch.exp(old_max - safe_max)
+        p, rescale = _limits(s, p, old_max, new_max, rescale)
         row_sum[..., q0:q1] = rescale * row_sum[..., q0:q1] + p.sum(-1)
         keep = plan.keep(p.shape, i, j, device)
-        pv = (p if keep is None else p * keep) @ v[..., k0:k1, :]
+        pv = weighted_values(p if keep is None else p * keep, mask, v[..., k0:k1, :], finite)
         out[..., q0:q1, :] = rescale.unsqueeze(-1) * out[..., q0:q1, :] + pv
         if row_ps is not None:  # masked entries: p = 0, and 0 · -inf must not become NaN
-            finite_s = torch.where(p > 0, s, torch.zeros_like(s))
+            finite_s = torch.where((p > 0) & torch.isfinite(s), s, torch.zeros_like(s))
             row_ps[..., q0:q1] = rescale * row_ps[..., q0:q1] + (p * finite_s).sum(-1)
         if best is not None:
             better = block_max > old_max
@@ -161,19 +186,20 @@ def _online_softmax(
         row_max[..., q0:q1] = new_max
         if weights is not None and plan.whole_rows:
             total = row_sum[..., q0:q1]
-            weights[..., q0:q1, k0:k1] = p / torch.where(total > 0, total, 1.0).unsqueeze(-1)
-    has_key = row_sum > 0
+            weights[..., q0:q1, k0:k1] = p / torch.where(total != 0, total, 1.0).unsqueeze(-1)
+    has_key = row_sum != 0  # NaN rows too: their lse is NaN, not -inf
     total = torch.where(has_key, row_sum, torch.ones_like(row_sum))
     out = out / total.unsqueeze(-1)
     lse = torch.where(has_key, row_max + torch.log(total), torch.full_like(row_max, NEG_INF))
     summary = best
-    if row_ps is not None:  # H = lse - Σ_j a_j s_j
-        summary = torch.where(has_key, lse - row_ps / total, torch.zeros_like(lse))
-    return out, lse, summary
+    if row_ps is not None:  # H = lse - Σ_j a_j s_j; log(count) for equal shares of +inf keys
+        entropy = torch.where(torch.isposinf(lse), torch.log(total), lse - row_ps / total)
+        summary = torch.where(has_key, entropy, torch.zeros_like(lse))
+    return out, lse, summary, total
 
 
 def _weights_pass(
-    plan: TiledPlan, q: Tensor, k: Tensor, lse: Tensor, weights: Tensor | None
+    plan: TiledPlan, q: Tensor, k: Tensor, lse: Tensor, total: Tensor, weights: Tensor | None
 ) -> Tensor | None:
     """Second pass, from the final ``lse``: write the weights block by block into ``weights``
     (if given) and return the ``"column_sum"`` summary (if asked)."""
@@ -185,7 +211,7 @@ def _weights_pass(
         return None
     for _, q0, q1, _, k0, k1, mask in plan.blocks():
         s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
-        p = _probabilities(s, mask, lse[..., q0:q1])
+        p = _probabilities(s, mask, lse[..., q0:q1], total[..., q0:q1])
         if weights is not None:
             weights[..., q0:q1, k0:k1] = p
         if column_sum is not None:
@@ -223,18 +249,25 @@ class TiledAttentionFunction(torch.autograd.Function):
         b, h, m, n = plan.call.shape
         dtype = compute_dtype(q.dtype)
         weights = torch.zeros(b, h, m, n, dtype=dtype, device=q.device) if want_weights else None
-        out, lse, summary = _online_softmax(plan, q, k, v.to(dtype), weights)
+        out, lse, summary, total = _online_softmax(plan, q, k, v.to(dtype), weights)
+        nan_rows = torch.isnan(lse).unsqueeze(-1)
+        if weights is not None and possibly(nan_rows):
+            # A row with a NaN score is NaN at every key, also where no block was computed.
+            weights.masked_fill_(nan_rows, float("nan"))
         if plan.whole_rows and weights is not None and plan.call.summary == "column_sum":
             summary = weights.sum(-2)
         elif not plan.whole_rows or plan.call.summary == "column_sum":
-            column_sum = _weights_pass(plan, q, k, lse, None if plan.whole_rows else weights)
+            pending = None if plan.whole_rows else weights
+            column_sum = _weights_pass(plan, q, k, lse, total, pending)
             summary = column_sum if column_sum is not None else summary
+            if pending is not None and possibly(nan_rows):
+                weights.masked_fill_(nan_rows, float("nan"))
         if summary is None:
             summary = lse.new_empty(0)
         ctx.mark_non_differentiable(summary)
         ctx.plan = plan
         ctx.want_weights = want_weights
-        saved = [q, k, v, out, lse, *extras]
+        saved = [q, k, v, out, lse, total, *extras]
         if weights is not None:
             saved.append(weights)
         ctx.save_for_backward(*saved)
@@ -250,11 +283,16 @@ class TiledAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out, d_lse, d_weights, _d_summary):  # type: ignore[override]
         plan: TiledPlan = ctx.plan
-        q, k, v, out, lse, *rest = ctx.saved_tensors
+        q, k, v, out, lse, total, *rest = ctx.saved_tensors
         extras = rest[: plan.n_extras]
         weights = rest[plan.n_extras] if ctx.want_weights else None
         dtype = compute_dtype(q.dtype)
         vc = v.to(dtype)
+        if not plan.finite_values:  # a value at a masked key must not reach dS as 0 · NaN
+            vc = torch.where(torch.isfinite(vc), vc, torch.zeros_like(vc))
+        # Rows with a +inf score have weights constant in the scores (equal shares): dS = 0.
+        top = torch.isposinf(lse).unsqueeze(-1)
+        top = top if possibly(top) else None
         d_out = None if d_out is None else d_out.to(dtype)
         row_term = torch.zeros_like(lse)  # D - dlse + Σ dW·W, per query row
         if d_out is not None:
@@ -278,13 +316,14 @@ class TiledAttentionFunction(torch.autograd.Function):
                 if analytic and weights is not None:
                     p = weights[..., q0:q1, k0:k1]  # the probabilities were kept: no recompute
                 elif analytic:
-                    p = _probabilities(plan.scores(qb, kb, q0, k0), mask, lse[..., q0:q1])
+                    s = plan.scores(qb, kb, q0, k0)
+                    p = _probabilities(s, mask, lse[..., q0:q1], total[..., q0:q1])
                 else:
                     qb = qb.detach().requires_grad_(True)
                     kb = kb.detach().requires_grad_(True)
                     with torch.enable_grad():
                         s = plan.scores(qb, kb, q0, k0)
-                    p = _probabilities(s.detach(), mask, lse[..., q0:q1])
+                    p = _probabilities(s.detach(), mask, lse[..., q0:q1], total[..., q0:q1])
                 keep = plan.keep(p.shape, i, j, q.device)
                 ds_row = -row_term[..., q0:q1].unsqueeze(-1)
                 if d_out is not None:
@@ -296,6 +335,8 @@ class TiledAttentionFunction(torch.autograd.Function):
                 if d_weights is not None:
                     ds_row = ds_row + d_weights[..., q0:q1, k0:k1]
                 ds = p * ds_row
+                if top is not None:
+                    ds = torch.where(top[..., q0:q1, :], torch.zeros_like(ds), ds)
                 if analytic:
                     scale = plan.dot_scale
                     dq[..., q0:q1, :] += (ds @ kb.to(dtype)) * scale
@@ -339,7 +380,10 @@ def tiled_attention(call: AttentionCall) -> AttentionOutput:
         block_k = max(n, 1)
         block_q = max(1, min(m, BLOCK_BUDGET // max(1, b * h * n * cost)))
     seed = int(torch.randint(0, 2**62, (1,))) if call.dropout > 0 else 0
-    plan = TiledPlan(call, dot_scale, block_q, block_k, seed, len(extras), [n for n, _ in named])
+    finite_values = call.finite or call.v.device.type == "meta" or bool(call.v.isfinite().all())
+    plan = TiledPlan(
+        call, dot_scale, block_q, block_k, seed, len(extras), [n for n, _ in named], finite_values
+    )
     context, lse, weights, summary = TiledAttentionFunction.apply(
         plan, call.return_weights, q, k, call.v, *extras
     )

@@ -427,6 +427,13 @@ class MultiHeadAttention(nn.Module):
             key when enabled; without the ``N`` axis unbatched), or ``None`` if not
             ``need_weights``.
         """
+        expected = self.out_proj.weight.dtype  # the projections' dtype (autocast casts itself)
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if isinstance(t, Tensor) and (
+                not t.is_floating_point()
+                or (t.dtype != expected and not torch.is_autocast_enabled(t.device.type))
+            ):
+                raise TypeError(f"{name} must have this module's dtype {expected}, got {t.dtype}")
         query, key, value, batched = self._batch_first(query, key, value)
         n, length, _ = query.shape
         src = key.shape[1]
