@@ -51,8 +51,10 @@ test: $(STAMP)
 	  || echo "the PyG interop test will be skipped: pip install $(PYG_SPEC) failed"
 	$(PY) -m pytest -n 2 -q
 
+# ruff, and the layer order of docs/architecture.md (import-linter's contracts in pyproject.toml)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
