@@ -23,13 +23,19 @@ from attnkit.integrations.huggingface.attention import (
     register,
     swap_attention,
 )
+from attnkit.integrations.huggingface.convert import to_attnkit
+from attnkit.integrations.huggingface.explain import attention_maps, explain_model, load_model
 
 register()
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
     "AttentionSettings",
+    "attention_maps",
     "attnkit_attention_forward",
+    "explain_model",
+    "load_model",
     "register",
     "swap_attention",
+    "to_attnkit",
 ]
