@@ -114,6 +114,8 @@ def attention_maps(
     source = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
     with torch.no_grad():
         if getattr(model.config, "is_encoder_decoder", False):
+            # BERT-style tokenizers add token_type_ids, which no encoder-decoder takes
+            inputs = {k: inputs[k] for k in ("input_ids", "attention_mask") if k in inputs}
             generated = model.generate(
                 **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
             )
