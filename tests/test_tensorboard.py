@@ -11,13 +11,13 @@ pytest.importorskip(
     "`make test` tries it)",
 )
 
-from tensorboard.backend.event_processing.event_accumulator import (  # noqa: E402
+from tensorboard.backend.event_processing.event_accumulator import (
     IMAGES,
     SCALARS,
     EventAccumulator,
 )
 
-from attnkit.tensorboard import TensorBoardLogger  # noqa: E402
+from attnkit.tensorboard import TensorBoardLogger
 
 
 def read(log_dir) -> EventAccumulator:
@@ -32,7 +32,9 @@ def test_scalars_and_attention_images_are_read_back(tmp_path) -> None:
         tb.log_scalars({"train/loss": 2.5, "train/lr": 1e-3, "note": "text"}, step=10)
         tb.log_scalar("train/loss", torch.tensor(1.25), step=20)
         tb.log_scalars({"eval/accuracy": 0.75}, step=20)
-        tb.log_attention("cross-attention", weights, step=20, rows=list("abc"), columns=list("wxyz"))
+        tb.log_attention(
+            "cross-attention", weights, step=20, rows=list("abc"), columns=list("wxyz")
+        )
     events = read(tmp_path / "tb")
     tags = events.Tags()
     assert set(tags["scalars"]) == {"train/loss", "train/lr", "eval/accuracy"}

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import Tensor
 
 
@@ -52,7 +51,9 @@ class TensorBoardLogger:
         _check_step(step)
         if isinstance(value, Tensor):
             if value.numel() != 1:
-                raise ValueError(f"scalar {tag!r} must have one element, got shape {tuple(value.shape)}")
+                raise ValueError(
+                    f"scalar {tag!r} must have one element, got shape {tuple(value.shape)}"
+                )
             value = value.item()
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"scalar {tag!r} must be a number, got {type(value).__name__}")
@@ -97,7 +98,9 @@ class TensorBoardLogger:
             list(rows) if rows is not None else None,
             title=title if title is not None else f"{name} (step {step})",
         )
-        self._writer.add_figure(f"attention/{name}", figure, global_step=step, close=False)  # not a pyplot figure: nothing to close
+        self._writer.add_figure(
+            f"attention/{name}", figure, global_step=step, close=False
+        )  # not a pyplot figure: nothing to close
 
     def flush(self) -> None:
         """Write pending events to disk."""

@@ -9,8 +9,8 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 transformers = pytest.importorskip(
     "transformers",

@@ -131,7 +131,7 @@ def test_decoder_matches_eager_on_a_padded_batch(twins, config, left) -> None:
 @pytest.mark.parametrize("config", [gpt2_config, llama_config], ids=["gpt2", "llama-gqa-rope"])
 def test_kv_cache_decoding_equals_the_full_forward(twins, config) -> None:
     _, ours = twins(AutoModelForCausalLM, config())
-    ids, mask = batch([6, 6], 6)
+    ids, _ = batch([6, 6], 6)
     with torch.no_grad():
         full = ours(input_ids=ids).logits
         prefix = ours(input_ids=ids[:, :4], use_cache=True)

@@ -79,6 +79,8 @@ def test_no_mask_means_causal_and_an_empty_static_cache_is_top_left() -> None:
     q, k, v, _ = inputs(2, m=3, n=6)  # 3 queries into a 6-slot cache holding them first
     out, w = attnkit_attention_forward(module, q, k, v, None, output_attentions=True)
     top_left = torch.ones(3, 6, dtype=torch.bool).tril()
-    expected, expected_w = gemma2_eager(module, q, k, v, float_mask(top_left), dropout=0.0, scaling=8**-0.5)
+    expected, expected_w = gemma2_eager(
+        module, q, k, v, float_mask(top_left), dropout=0.0, scaling=8**-0.5
+    )
     assert (out - expected).abs().max() <= 1e-5
     assert w.shape == (2, 4, 3, 6) and (w - expected_w).abs().max() <= 1e-6

@@ -47,7 +47,9 @@ def test_record_names_hf_modules_and_matches_eager_weights(bert) -> None:
     assert (rolled - attention_rollout(list(reference))).abs().max() <= 1e-5
     exported = to_bertviz(rec, batch_index=1, length=4)
     assert [tuple(w.shape) for w in exported] == [(1, 4, 4, 4)] * 2
-    assert torch.equal(to_bertviz(reference, batch_index=1, length=4)[0], reference[0][1:2, :, :4, :4])
+    assert torch.equal(
+        to_bertviz(reference, batch_index=1, length=4)[0], reference[0][1:2, :, :4, :4]
+    )
 
 
 def test_record_on_a_stock_model_says_how_to_switch(bert) -> None:
@@ -121,8 +123,12 @@ def test_swap_attention_changes_the_model_only_inside_the_block(bert) -> None:
         after = ours(**batch).last_hidden_state
         # reference: eager with the same bias in a 4-D float mask, next to the padding
         bias = -0.5 * (heads + 1) * distance
-        padding = (1 - batch["attention_mask"][:, None, None, :].float()) * torch.finfo(torch.float32).min
-        expected = eager(input_ids=batch["input_ids"], attention_mask=bias + padding).last_hidden_state
+        padding = (1 - batch["attention_mask"][:, None, None, :].float()) * torch.finfo(
+            torch.float32
+        ).min
+        expected = eager(
+            input_ids=batch["input_ids"], attention_mask=bias + padding
+        ).last_hidden_state
         plain = eager(**batch).last_hidden_state
     real = batch["attention_mask"].bool()[..., None]
     assert ((swapped - expected).abs().masked_fill(~real, 0)).max() <= 1e-4
@@ -140,7 +146,10 @@ def test_hooks_see_calls_in_other_threads_only_there(bert) -> None:
 
     _, ours, batch = bert
     seen = []
-    with torch.no_grad(), ak.attention_hooks(lambda c, m, run: seen.append(m) or run(c), model=ours):
+    with (
+        torch.no_grad(),
+        ak.attention_hooks(lambda c, m, run: seen.append(m) or run(c), model=ours),
+    ):
         worker = threading.Thread(target=lambda: ours(**batch))
         worker.start()
         worker.join()

@@ -58,7 +58,9 @@ def test_to_attnkit_refuses_other_models() -> None:
 
 def page_data(path) -> dict:
     html = path.read_text()
-    return json.loads(re.search(r'<script type="application/json"[^>]*>(.*?)</script>', html, re.S).group(1))
+    return json.loads(
+        re.search(r'<script type="application/json"[^>]*>(.*?)</script>', html, re.S).group(1)
+    )
 
 
 def test_viewer_of_a_local_encoder_directory(minilm_dir, minilm, tmp_path) -> None:
@@ -95,7 +97,9 @@ def test_viewer_of_a_decoder_and_an_encoder_decoder(minilm_dir, minilm, tmp_path
     torch.manual_seed(0)
     Model(config).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    path = explain_model(tmp_path / "model", "I love you.", output=tmp_path / "page.html", max_new_tokens=4)
+    path = explain_model(
+        tmp_path / "model", "I love you.", output=tmp_path / "page.html", max_new_tokens=4
+    )
     maps = {m["name"]: m for m in page_data(path)["maps"]}
     if kind == "gpt2":
         assert list(maps) == ["self-attention"]

@@ -44,7 +44,9 @@ def to_bertviz(
     elif getattr(maps, "attentions", None) is not None:  # a transformers ModelOutput
         maps = maps.attentions
     layers = list(maps.values()) if isinstance(maps, Mapping) else list(maps)
-    if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 1):
+    if length is not None and (
+        isinstance(length, bool) or not isinstance(length, int) or length < 1
+    ):
         raise ValueError(f"length must be a positive int or None, got {length!r}")
     if any(not isinstance(w, Tensor) for w in layers):
         kinds = sorted({type(w).__name__ for w in layers})

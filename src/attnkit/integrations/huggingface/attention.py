@@ -75,8 +75,9 @@ class AttentionSettings:
     scale: float | None = None
 
 
-_SETTINGS: ContextVar[dict[int, AttentionSettings]] = ContextVar(
-    "attnkit_hf_attention_settings", default={}
+# id(module) -> its settings; replaced, never mutated, so an outer scope's table is kept
+_SETTINGS: ContextVar[dict[int, AttentionSettings] | None] = ContextVar(
+    "attnkit_hf_attention_settings", default=None
 )
 
 
@@ -128,7 +129,7 @@ def swap_attention(
         )
     settings = AttentionSettings(score, align, score_mod, scale)
     chosen = select_modules(model, modules)
-    table = dict(_SETTINGS.get())
+    table = dict(_SETTINGS.get() or {})
     table.update({id(m): settings for m in chosen})
     token = _SETTINGS.set(table)
     try:
@@ -203,7 +204,7 @@ def attnkit_attention_forward(
         else:
             mask = position_bias + mask
 
-    settings = _SETTINGS.get().get(id(module))
+    settings = (_SETTINGS.get() or {}).get(id(module))
     score: str | Score = "scaled_dot"
     align: str | Align = "softmax"
     scale = scaling

@@ -81,7 +81,9 @@ def to_attnkit(model: nn.Module, **layer_options: Any) -> TransformerEncoder:
     act = config.hidden_act
     activation = ACTIVATIONS.get(act) if isinstance(act, str) else None
     if activation is None:
-        raise ValueError(f"hidden_act {act!r} has no attnkit equivalent; known: {list(ACTIVATIONS)}")
+        raise ValueError(
+            f"hidden_act {act!r} has no attnkit equivalent; known: {list(ACTIVATIONS)}"
+        )
     position_type = getattr(config, "position_embedding_type", "absolute")
     if position_type not in (None, "absolute"):
         raise ValueError(

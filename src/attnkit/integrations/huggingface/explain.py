@@ -36,7 +36,9 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
 
     directory = Path(path)
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"{directory} is not a Hugging Face model directory (no config.json)")
+        raise FileNotFoundError(
+            f"{directory} is not a Hugging Face model directory (no config.json)"
+        )
     config = AutoConfig.from_pretrained(directory, local_files_only=True)
     auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
     model = auto.from_pretrained(
@@ -76,7 +78,11 @@ def explain_model(
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"the input must be a non-empty str, got {text!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 1
+    ):
         raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
     if isinstance(model, (str, os.PathLike)):
         name = Path(model).name
@@ -84,7 +90,9 @@ def explain_model(
         tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
     else:
         if tokenizer is None:
-            raise ValueError("a loaded model needs its tokenizer: explain_model(model, text, tokenizer=...)")
+            raise ValueError(
+                "a loaded model needs its tokenizer: explain_model(model, text, tokenizer=...)"
+            )
         name = type(model).__name__
     config = getattr(model, "config", None)
     implementation = getattr(config, "_attn_implementation", None)
@@ -101,7 +109,9 @@ def explain_model(
         "rows: query tokens, columns: key tokens, as the model's tokenizer writes them",
     ]
     path = Path(output) if output is not None else Path(f"explain-{slug(text)}.html")
-    return write_viewer(path, maps, title=f"{name}: \u201c{text.strip()}\u201d", notes="\n".join(notes))
+    return write_viewer(
+        path, maps, title=f"{name}: \u201c{text.strip()}\u201d", notes="\n".join(notes)
+    )
 
 
 def attention_maps(
