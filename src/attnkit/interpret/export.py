@@ -39,10 +39,11 @@ def to_bertviz(
         >>> from bertviz import head_view  # not a dependency of attnkit
         >>> head_view(to_bertviz(rec.maps()), tokens)
     """
-    if callable(getattr(maps, "maps", None)):  # an AttentionRecorder
-        maps = maps.maps()
-    elif getattr(maps, "attentions", None) is not None:  # a transformers ModelOutput
-        maps = maps.attentions
+    source: Any = maps
+    if callable(getattr(source, "maps", None)):  # an AttentionRecorder
+        maps = source.maps()
+    elif getattr(source, "attentions", None) is not None:  # a transformers ModelOutput
+        maps = source.attentions
     layers = list(maps.values()) if isinstance(maps, Mapping) else list(maps)
     if length is not None and (
         isinstance(length, bool) or not isinstance(length, int) or length < 1

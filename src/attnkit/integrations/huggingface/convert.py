@@ -114,7 +114,7 @@ def to_attnkit(model: nn.Module, **layer_options: Any) -> TransformerEncoder:
             f"unexpected {unexpected}"
         )
     for attnkit_layer in encoder.layers:
-        attn = attnkit_layer.self_attn
+        attn: Any = attnkit_layer.self_attn
         if isinstance(getattr(attn, "dropout", None), float):
             attn.dropout = config.attention_probs_dropout_prob
     return encoder.train(bert.training)
@@ -124,7 +124,7 @@ def _is_weight(name: str) -> bool:
     return name.rsplit(".", 1)[-1] in ("weight", "bias", "in_proj_weight", "in_proj_bias")
 
 
-def _layer_state(layer: nn.Module) -> dict[str, Tensor]:
+def _layer_state(layer: Any) -> dict[str, Tensor]:  # an HF BertLayer (duck-typed)
     attn = layer.attention
     q, k, v = attn.self.query, attn.self.key, attn.self.value
     with torch.no_grad():

@@ -94,7 +94,7 @@ def explain_model(
                 "a loaded model needs its tokenizer: explain_model(model, text, tokenizer=...)"
             )
         name = type(model).__name__
-    config = getattr(model, "config", None)
+    config: Any = getattr(model, "config", None)
     implementation = getattr(config, "_attn_implementation", None)
     if implementation != ATTN_IMPLEMENTATION:
         raise ValueError(
@@ -115,7 +115,7 @@ def explain_model(
 
 
 def attention_maps(
-    model: nn.Module, tokenizer: Any, text: str, *, max_new_tokens: int = 20
+    model: Any, tokenizer: Any, text: str, *, max_new_tokens: int = 20
 ) -> list[AttentionMap]:
     """The attention maps of ``model`` on ``text``, one :class:`AttentionMap` per role
     (module docstring), each ``[layers, heads, rows, columns]`` with the tokens as labels."""
