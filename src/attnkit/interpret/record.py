@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -63,6 +64,11 @@ class AttentionRecorder(ModelHook):
         self.weights: dict[str, list[Tensor]] = {}
         # with grad, torch's MHA returns the engine's output, so its weights are in the graph
         self.replace_torch_outputs = grad
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        if exc[0] is None and not self.weights:
+            check_attention_implementation(self.model)
 
     # --- access -----------------------------------------------------------------------------
 
@@ -145,6 +151,25 @@ class AttentionRecorder(ModelHook):
         return out
 
 
+def check_attention_implementation(model: nn.Module) -> None:
+    """Raise when ``model`` holds a Hugging Face model whose attention does not run on attnkit.
+
+    Such a model computes its attention in its own kernels, where no attention hook sees it: a
+    recording (or head importance) over it would be empty without a word. Found by duck typing
+    (a ``config._attn_implementation`` on the model or a submodule), so transformers is never
+    imported here.
+    """
+    for name, module in model.named_modules():
+        implementation = getattr(getattr(module, "config", None), "_attn_implementation", None)
+        if isinstance(implementation, str) and implementation != "attnkit":
+            where = f" (module {name!r})" if name else ""
+            raise ValueError(
+                f"no attention recorded: the Hugging Face model{where} runs "
+                f"attn_implementation={implementation!r}, which attnkit cannot observe; load it "
+                'with attn_implementation="attnkit" after `import attnkit.integrations.huggingface`'
+            )
+
+
 def record(
     model: nn.Module,
     *,
@@ -173,6 +198,11 @@ def record(
 
     Returns:
         an :class:`AttentionRecorder`: ``rec[name]`` is ``[B, H, M, N]`` of the module's last call.
+
+    Raises:
+        ValueError: when the block ends with nothing recorded and ``model`` holds a Hugging Face
+            model whose ``attn_implementation`` is not ``"attnkit"`` (its attention cannot be
+            observed; the message says how to switch).
 
     Example::
 

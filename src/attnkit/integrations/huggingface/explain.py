@@ -1,0 +1,150 @@
+"""The interactive attention viewer for a Hugging Face model and one input text.
+
+:func:`explain_model` loads a local model directory (or takes a loaded model and its tokenizer),
+runs it on attnkit (``attn_implementation="attnkit"``) with ``output_attentions=True`` — the
+weights come from the engine's weights-on-demand path — and writes one self-contained HTML page
+(:mod:`attnkit.interpret.viewer`) with every layer and head, labelled with the model's own tokens
+(word pieces, ``[CLS]``, ``Ġ``-prefixed BPE pieces as the tokenizer writes them). The maps are
+grouped as transformers groups them in its outputs, never guessed from shapes:
+
+- an encoder (BERT, MiniLM) or a decoder-only model (GPT-2, Llama): self-attention ``[L, H, T, T]``;
+- an encoder–decoder (T5, BART): the output is generated greedily, then the model is run once
+  more teacher-forced on it; cross-attention ``[L, H, T, S]`` (rows: the decoder's inputs,
+  columns: the source tokens), encoder ``[L, H, S, S]`` and decoder self-attention ``[L, H, T, T]``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnkit.integrations.huggingface.attention import ATTN_IMPLEMENTATION
+from attnkit.interpret.explain import slug
+from attnkit.interpret.viewer import AttentionMap, write_viewer
+
+
+def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
+    """A local Hugging Face model directory loaded on attnkit, with its tokenizer (no download:
+    ``local_files_only``). An encoder–decoder comes with its generation head
+    (``AutoModelForSeq2SeqLM``), any other model as ``AutoModel``, in eval mode."""
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    directory = Path(path)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{directory} is not a Hugging Face model directory (no config.json)"
+        )
+    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
+    model = auto.from_pretrained(
+        directory, attn_implementation=ATTN_IMPLEMENTATION, local_files_only=True
+    )
+    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    return model.eval(), tokenizer
+
+
+def explain_model(
+    model: str | os.PathLike[str] | nn.Module,
+    text: str,
+    *,
+    tokenizer: Any = None,
+    output: str | os.PathLike[str] | None = None,
+    max_new_tokens: int = 20,
+) -> Path:
+    """Write the attention viewer page of a Hugging Face model for ``text``.
+
+    Args:
+        model: a local model directory (``config.json``, weights, tokenizer files), or a loaded
+            ``PreTrainedModel`` running ``attn_implementation="attnkit"``.
+        text: the input, e.g. ``"The cat sat on the mat."``.
+        tokenizer: the model's tokenizer; required with a loaded model, loaded from the
+            directory otherwise.
+        output: where to write the page; default ``explain-<slug of the text>.html`` in the
+            current directory.
+        max_new_tokens: an encoder–decoder's greedy output length limit.
+
+    Returns:
+        the path of the page (written atomically).
+
+    Example::
+
+        >>> explain_model("models/all-MiniLM-L6-v2", "A man is playing a guitar.")
+        PosixPath('explain-a-man-is-playing-a-guitar.html')
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"the input must be a non-empty str, got {text!r}")
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 1
+    ):
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if isinstance(model, (str, os.PathLike)):
+        name = Path(model).name
+        model, loaded_tokenizer = load_model(model)
+        tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
+    else:
+        if tokenizer is None:
+            raise ValueError(
+                "a loaded model needs its tokenizer: explain_model(model, text, tokenizer=...)"
+            )
+        name = type(model).__name__
+    config: Any = getattr(model, "config", None)
+    implementation = getattr(config, "_attn_implementation", None)
+    if implementation != ATTN_IMPLEMENTATION:
+        raise ValueError(
+            f"the model runs attn_implementation={implementation!r}; load it with "
+            f'attn_implementation="{ATTN_IMPLEMENTATION}"'
+        )
+    maps = attention_maps(model, tokenizer, text, max_new_tokens=max_new_tokens)
+    layers, heads = maps[0].weights.shape[:2]
+    notes = [
+        f"model: {config.model_type} ({type(model).__name__}), {layers} layers x {heads} heads, "
+        "attention computed by attnkit's engine",
+        "rows: query tokens, columns: key tokens, as the model's tokenizer writes them",
+    ]
+    path = Path(output) if output is not None else Path(f"explain-{slug(text)}.html")
+    return write_viewer(
+        path, maps, title=f"{name}: \u201c{text.strip()}\u201d", notes="\n".join(notes)
+    )
+
+
+def attention_maps(
+    model: Any, tokenizer: Any, text: str, *, max_new_tokens: int = 20
+) -> list[AttentionMap]:
+    """The attention maps of ``model`` on ``text``, one :class:`AttentionMap` per role
+    (module docstring), each ``[layers, heads, rows, columns]`` with the tokens as labels."""
+    device = next(model.parameters()).device
+    inputs = tokenizer(text, return_tensors="pt").to(device)
+    source = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
+    with torch.no_grad():
+        if getattr(model.config, "is_encoder_decoder", False):
+            # BERT-style tokenizers add token_type_ids, which no encoder-decoder takes
+            inputs = {k: inputs[k] for k in ("input_ids", "attention_mask") if k in inputs}
+            generated = model.generate(
+                **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1
+            )
+            target = tokenizer.convert_ids_to_tokens(generated[0].tolist())
+            out = model(**inputs, decoder_input_ids=generated, output_attentions=True)
+            return [
+                AttentionMap("cross-attention", _stack(out.cross_attentions), target, source),
+                AttentionMap("encoder self-attention", _stack(out.encoder_attentions), source),
+                AttentionMap("decoder self-attention", _stack(out.decoder_attentions), target),
+            ]
+        out = model(**inputs, output_attentions=True)
+    return [AttentionMap("self-attention", _stack(out.attentions), source)]
+
+
+def _stack(layers: Sequence[Tensor | None] | None) -> Tensor:
+    """``[L, H, R, C]`` of the one example from transformers' per-layer ``[1, H, R, C]``."""
+    if not layers or any(w is None for w in layers):
+        raise RuntimeError(
+            "the model returned no attention weights with output_attentions=True "
+            "(is it running attn_implementation='attnkit'?)"
+        )
+    return torch.stack([w[0].detach().float().cpu() for w in layers if w is not None])

@@ -1,0 +1,137 @@
+"""TensorBoard logging of a run: scalars and attention heatmaps (``torch.utils.tensorboard``).
+
+The ``tensorboard`` package is an optional extra (``pip install "attnkit[tensorboard]"``); it is
+imported when a :class:`TensorBoardLogger` is made, so ``import attnkit`` never needs it. Scalars
+go under their names (``train/loss``, ``eval/bleu``), attention maps as images under
+``attention/<name>``: the heatmap :func:`attnkit.interpret.plot_heatmap` draws (matplotlib,
+no display needed), rendered by ``SummaryWriter.add_figure``.
+
+    >>> with TensorBoardLogger("runs/tiny/tensorboard") as tb:
+    ...     tb.log_scalars({"train/loss": 2.31, "train/lr": 1e-3}, step=100)
+    ...     tb.log_attention("cross-attention", weights, step=100, rows=target, columns=source)
+
+Then ``tensorboard --logdir runs/tiny/tensorboard``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+
+class TensorBoardLogger:
+    """Writes scalars and attention heatmaps to a TensorBoard event file.
+
+    Args:
+        log_dir: the directory of the event files (created if missing).
+        flush_secs: how often pending events are written (also on :meth:`flush` and :meth:`close`).
+
+    Raises:
+        ImportError: the ``tensorboard`` package is not installed (the message names the extra).
+    """
+
+    def __init__(self, log_dir: str | os.PathLike[str], *, flush_secs: int = 30) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as error:  # torch's module needs the tensorboard package
+            raise ImportError(
+                "TensorBoard logging needs the tensorboard package: pip install 'attnkit[tensorboard]'"
+            ) from error
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._writer: Any = SummaryWriter(log_dir=str(self.log_dir), flush_secs=flush_secs)
+
+    def log_scalar(self, tag: str, value: float | Tensor, step: int) -> None:
+        """One scalar (``tag`` like ``"train/loss"``) at ``step``; NaN and inf are logged as is."""
+        _check_step(step)
+        if isinstance(value, Tensor):
+            if value.numel() != 1:
+                raise ValueError(
+                    f"scalar {tag!r} must have one element, got shape {tuple(value.shape)}"
+                )
+            value = value.item()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"scalar {tag!r} must be a number, got {type(value).__name__}")
+        self._writer.add_scalar(tag, float(value), global_step=step)
+
+    def log_scalars(self, scalars: Mapping[str, float | Tensor], step: int) -> None:
+        """Each ``{tag: value}`` at ``step`` (e.g. a row of ``metrics.jsonl``); non-numeric
+        values (strings, ``None``) are skipped, since TensorBoard's scalars are numbers."""
+        for tag, value in scalars.items():
+            if isinstance(value, Tensor) or (
+                isinstance(value, (int, float)) and not isinstance(value, bool)
+            ):
+                self.log_scalar(tag, value, step)
+
+    def log_attention(
+        self,
+        name: str,
+        weights: Tensor,
+        step: int,
+        *,
+        rows: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None,
+        title: str | None = None,
+    ) -> None:
+        """A heatmap of one attention map under ``attention/<name>``.
+
+        Args:
+            name: e.g. ``"cross-attention"`` or ``"encoder.layers.0.self_attn"``.
+            weights: ``[R, C]``, or ``[H, R, C]`` / ``[1, H, R, C]`` (heads averaged).
+            step: the global step.
+            rows, columns: token labels of the axes (query / key tokens).
+            title: the figure's title (default: ``name`` and the step).
+        """
+        from attnkit.interpret.plots import plot_heatmap
+
+        matrix = _matrix(name, weights)
+        if not math.isfinite(float(matrix.sum())):
+            raise ValueError(f"attention {name!r} has NaN or inf weights")
+        figure = plot_heatmap(
+            matrix,
+            list(columns) if columns is not None else None,
+            list(rows) if rows is not None else None,
+            title=title if title is not None else f"{name} (step {step})",
+        )
+        self._writer.add_figure(
+            f"attention/{name}", figure, global_step=step, close=False
+        )  # not a pyplot figure: nothing to close
+
+    def flush(self) -> None:
+        """Write pending events to disk."""
+        self._writer.flush()
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self._writer.close()
+
+    def __enter__(self) -> TensorBoardLogger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _check_step(step: int) -> None:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step must be a non-negative int, got {step!r}")
+
+
+def _matrix(name: str, weights: Tensor) -> Tensor:
+    if not isinstance(weights, Tensor):
+        raise TypeError(f"attention {name!r} must be a Tensor, got {type(weights).__name__}")
+    w = weights.detach().float().cpu()
+    if w.dim() == 4 and w.shape[0] == 1:
+        w = w[0]
+    if w.dim() == 3:
+        w = w.mean(0)  # the mean over heads, as the report shows
+    if w.dim() != 2:
+        raise ValueError(
+            f"attention {name!r} must be [R, C], [H, R, C] or [1, H, R, C], got {tuple(weights.shape)}"
+        )
+    return w
