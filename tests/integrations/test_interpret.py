@@ -59,6 +59,10 @@ def test_record_on_a_stock_model_says_how_to_switch(bert) -> None:
             eager(**batch)
     with pytest.raises(ValueError, match="attn_implementation='eager'"):
         head_importance(eager, lambda: eager(**batch).last_hidden_state.sum())
+    # an ablation that would replace nothing says so too, instead of reporting the model itself
+    with pytest.raises(ValueError, match=r"no attention replaced: .*attn_implementation='eager'"):
+        with ablate(eager, "uniform"):
+            eager(**batch)
 
 
 def test_head_importance_equals_zeroing_the_head_in_eager(bert) -> None:

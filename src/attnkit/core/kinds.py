@@ -21,6 +21,7 @@ parameters by accident.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -100,8 +101,19 @@ def register_kind(name: str, factory: Callable[[], AttentionKind]) -> None:
     _KINDS[name] = factory
 
 
+#: packages that register the built-in kinds when imported; loaded on the first lookup of a name
+#: (by name, so this module does not depend on the layer above it that provides them)
+BUILTIN_KIND_PACKAGES = ("attnkit.efficient",)
+
+
+def _load_builtin_kinds() -> None:
+    for package in BUILTIN_KIND_PACKAGES:
+        importlib.import_module(package)
+
+
 def kind_names() -> list[str]:
     """Every registered kind name, ``"exact"`` first, then in registration order."""
+    _load_builtin_kinds()
     return list(_KINDS)
 
 
@@ -114,6 +126,8 @@ def create_kind(spec: str | AttentionKind) -> AttentionKind:
         TypeError: neither a name nor an object with the :class:`AttentionKind` interface.
     """
     if isinstance(spec, str):
+        if spec not in _KINDS:
+            _load_builtin_kinds()  # `import attnkit` is lazy: the efficient kinds may be unread
         if spec not in _KINDS:
             valid = ", ".join(repr(k) for k in _KINDS)
             raise ValueError(f"unknown attention kind {spec!r}; expected one of: {valid}")

@@ -63,6 +63,7 @@ class Ablation(ModelHook):
     """Context manager made by :func:`ablate`; the attention hook ``ablation(call, module, run)``."""
 
     replace_torch_outputs = True  # torch's fused MHA has no weights to replace
+    what = "replaced"
 
     def __init__(
         self,

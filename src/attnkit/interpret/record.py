@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.hooks import ModuleSelection, Run
-from attnkit.mechanisms.torch_modules import ModelHook
+from attnkit.mechanisms.torch_modules import ModelHook, check_attention_implementation  # noqa: F401
 
 Rows = slice | Sequence[int] | None
 
@@ -64,11 +63,7 @@ class AttentionRecorder(ModelHook):
         self.weights: dict[str, list[Tensor]] = {}
         # with grad, torch's MHA returns the engine's output, so its weights are in the graph
         self.replace_torch_outputs = grad
-
-    def __exit__(self, *exc: Any) -> None:
-        super().__exit__(*exc)
-        if exc[0] is None and not self.weights:
-            check_attention_implementation(self.model)
+        self.what = "recorded"
 
     # --- access -----------------------------------------------------------------------------
 
@@ -149,25 +144,6 @@ class AttentionRecorder(ModelHook):
         assert again.weights is not None
         self._store(name, again.weights)
         return out
-
-
-def check_attention_implementation(model: nn.Module) -> None:
-    """Raise when ``model`` holds a Hugging Face model whose attention does not run on attnkit.
-
-    Such a model computes its attention in its own kernels, where no attention hook sees it: a
-    recording (or head importance) over it would be empty without a word. Found by duck typing
-    (a ``config._attn_implementation`` on the model or a submodule), so transformers is never
-    imported here.
-    """
-    for name, module in model.named_modules():
-        implementation = getattr(getattr(module, "config", None), "_attn_implementation", None)
-        if isinstance(implementation, str) and implementation != "attnkit":
-            where = f" (module {name!r})" if name else ""
-            raise ValueError(
-                f"no attention recorded: the Hugging Face model{where} runs "
-                f"attn_implementation={implementation!r}, which attnkit cannot observe; load it "
-                'with attn_implementation="attnkit" after `import attnkit.integrations.huggingface`'
-            )
 
 
 def record(

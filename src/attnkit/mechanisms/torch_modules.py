@@ -136,6 +136,8 @@ class ModelHook:
 
     #: the watched ``torch.nn.MultiheadAttention`` modules return the engine's output
     replace_torch_outputs = False
+    #: what the hook does to the calls, for the message when it saw none ("recorded", ...)
+    what = "observed"
 
     def __init__(self, model: nn.Module, modules: ModuleSelection = None) -> None:
         select_modules(model, modules)  # refuse a selection that matches nothing now
@@ -148,8 +150,9 @@ class ModelHook:
     def __enter__(self: HookT) -> HookT:
         if self._scope is not None:
             raise RuntimeError(f"this {type(self).__name__} is active already; make another")
+        self._seen = 0
         self._scope = watch_model(
-            self, self.model, self.modules, replace=self.replace_torch_outputs
+            self._counted, self.model, self.modules, replace=self.replace_torch_outputs
         )
         self._scope.__enter__()
         return self
@@ -158,3 +161,29 @@ class ModelHook:
         scope, self._scope = self._scope, None
         if scope is not None:
             scope.__exit__(*exc)
+        if exc[0] is None and not self._seen:
+            # nothing reached the hook: say why when the model's attention is out of its sight
+            check_attention_implementation(self.model, self.what)
+
+    def _counted(self, call: AttentionCall, module: str | None, run: Run) -> AttentionOutput:
+        self._seen += 1
+        return self(call, module, run)
+
+
+def check_attention_implementation(model: nn.Module, what: str = "recorded") -> None:
+    """Raise when ``model`` holds a Hugging Face model whose attention does not run on attnkit.
+
+    Such a model computes its attention in its own kernels, where no attention hook sees it: a
+    recording (or head importance) over it would be empty without a word. Found by duck typing
+    (a ``config._attn_implementation`` on the model or a submodule), so transformers is never
+    imported here.
+    """
+    for name, module in model.named_modules():
+        implementation = getattr(getattr(module, "config", None), "_attn_implementation", None)
+        if isinstance(implementation, str) and implementation != "attnkit":
+            where = f" (module {name!r})" if name else ""
+            raise ValueError(
+                f"no attention {what}: the Hugging Face model{where} runs "
+                f"attn_implementation={implementation!r}, which attnkit cannot observe; load it "
+                'with attn_implementation="attnkit" after `import attnkit.integrations.huggingface`'
+            )
