@@ -82,18 +82,39 @@ def page_markdown(page: Page, pages: list[Page]) -> str:
         lines += [f"`{page.public}` is the module `{page.module.__name__}`.", ""]
     options = ["    options:", "      show_root_heading: false"]
     exported = getattr(page.module, "__all__", None)
+    shadowed: list[str] = []
     if exported is not None:
         members = [
             name for name in exported if not isinstance(getattr(page.module, name), ModuleType)
         ]
+        # griffe keeps one object per path, and gives ``interpret.record`` to the submodule
+        # record.py, not to the function ``record`` that the package imports from it: such names
+        # are rendered from where they are defined, after the others
+        shadowed = [name for name in members if name in _submodule_names(page.module)]
+        members = [name for name in members if name not in shadowed]
         options.append(f"      members: [{', '.join(members)}]")
-    lines += [f"::: {page.module.__name__}", *options, ""]
+    lines += [f"::: {page.public}", *options, ""]
+    for name in shadowed:
+        value = getattr(page.module, name)
+        lines += [
+            f"::: {value.__module__}.{value.__qualname__}",
+            "    options:",
+            "      show_root_heading: true",
+            "      show_root_full_path: false",
+            "",
+        ]
     submodules = [other for other in pages if other.public.rpartition(".")[0] == page.public]
     if submodules:
         lines += ["## Modules", ""]
         lines += [f"- [`{other.public}`]({other.public}.md)" for other in submodules]
         lines.append("")
     return "\n".join(lines)
+
+
+def _submodule_names(module: ModuleType) -> set[str]:
+    if not hasattr(module, "__path__"):
+        return set()
+    return {info.name for info in pkgutil.iter_modules(module.__path__)}
 
 
 _pages: list[Page] = []
