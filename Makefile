@@ -5,7 +5,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.attnkit-installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint install clean docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,7 +65,15 @@ test: $(STAMP)
 	@$(PY) -c "import tensorboard" 2>/dev/null \
 	  || $(PY) -m pip install --quiet "$(TENSORBOARD_SPEC)" >/dev/null 2>&1 \
 	  || echo "the TensorBoard test will be skipped: pip install $(TENSORBOARD_SPEC) failed"
+	@$(PY) -c "import mkdocs, mkdocstrings, material" 2>/dev/null \
+	  || $(PY) -m pip install --quiet -e ".[docs]" >/dev/null 2>&1 \
+	  || echo "the docs site test will be skipped: pip install -e .[docs] failed"
 	$(PY) -m pytest -n 2 -q
+
+# The docs site (mkdocs.yml) into site/, strict: a broken link, reference or docstring fails it.
+docs: $(STAMP)
+	@$(PY) -c "import mkdocs, mkdocstrings, material" 2>/dev/null || $(PY) -m pip install --quiet -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # ruff, and the layer order of docs/architecture.md (import-linter's contracts in pyproject.toml)
 lint: $(STAMP)

@@ -1,5 +1,8 @@
-"""Test-wide settings."""
+"""Test-wide settings, and fixtures used in more than one directory."""
 
+import shutil
+
+import pytest
 import torch
 
 # `make test` runs two pytest workers on two cores: one thread each avoids oversubscription, under
@@ -30,3 +33,35 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("skipped for a missing optional dependency")
         for key, count in counts.items():
             terminalreporter.line(f"SKIPPED [{count}] {key}")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless system Chromium through its own chromedriver (Selenium Manager never runs)."""
+    # "optional:" puts the reason in the summary of optional-dependency skips (above)
+    webdriver = pytest.importorskip(
+        "selenium.webdriver", reason="optional: selenium is not installed (pip install -e .[dev])"
+    )
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        pytest.skip(
+            "optional: browser test needs the Debian packages chromium and chromium-driver "
+            f"(chromium: {chromium}, chromedriver: {chromedriver}); `make test` installs them"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # containers run as root, where Chromium's sandbox cannot start
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1000,800",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    yield driver
+    driver.quit()

@@ -1,10 +1,10 @@
 """Fixtures shared by the viewer and ``attnkit explain`` tests: tiny trained translation runs,
-an independent float64 recomputation of their attention, and headless Chromium."""
+an independent float64 recomputation of their attention. (Headless Chromium, ``browser``, is in
+tests/conftest.py: the docs site test uses it too.)"""
 
 from __future__ import annotations
 
 import math
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -146,35 +146,3 @@ def attention_reference() -> Callable[[Path, str], dict[str, np.ndarray]]:
         return maps
 
     return reference
-
-
-@pytest.fixture(scope="session")
-def browser():
-    """Headless system Chromium through its own chromedriver (Selenium Manager never runs)."""
-    # "optional:" puts the reason in the summary of optional-dependency skips (tests/conftest.py)
-    webdriver = pytest.importorskip(
-        "selenium.webdriver", reason="optional: selenium is not installed (pip install -e .[dev])"
-    )
-    from selenium.webdriver.chrome.service import Service
-
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    chromedriver = shutil.which("chromedriver")
-    if chromium is None or chromedriver is None:
-        pytest.skip(
-            "optional: browser test needs the Debian packages chromium and chromium-driver "
-            f"(chromium: {chromium}, chromedriver: {chromedriver}); `make test` installs them"
-        )
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",  # containers run as root, where Chromium's sandbox cannot start
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1000,800",
-    ):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
-    yield driver
-    driver.quit()

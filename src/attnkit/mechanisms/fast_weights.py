@@ -68,7 +68,9 @@ def sum_update_step(
     divided by ``z_t^T φ(q_t)`` when ``normalise`` (then equal to causal linear attention).
 
     Args:
-        q, k: ``[B, H, d]``; v: ``[B, H, d_v]``; state: the previous fast weights (None: zeros).
+        q, k: ``[B, H, d]``.
+        v: ``[B, H, d_v]``.
+        state: the previous fast weights (None: zeros).
         feature_map: ``φ`` (default ``elu + 1``, linear attention's).
         normalise: divide by ``z_t^T φ(q_t)`` (Katharopoulos et al.); False gives the bare read.
 
@@ -103,9 +105,11 @@ def delta_update_step(
     ``W ← W + β (v − v̄) φ(k)^T``, ``y = W φ(q)``, with ``φ`` sum-normalised.
 
     Args:
-        q, k: ``[B, H, d]``; v: ``[B, H, d_v]``; rate: ``β_t`` ``[B, H]`` in ``(0, 1)``;
-        state: the previous fast weights (None: zeros); feature_map: ``φ`` before normalising
-        (must be positive).
+        q, k: ``[B, H, d]``.
+        v: ``[B, H, d_v]``.
+        rate: ``β_t`` ``[B, H]`` in ``(0, 1)``.
+        state: the previous fast weights (None: zeros).
+        feature_map: ``φ`` before normalising (must be positive).
 
     Returns:
         ``(y_t [B, H, d_v], new state)``.
