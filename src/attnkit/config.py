@@ -452,7 +452,7 @@ class _ConfigLoader(yaml.SafeLoader):
 
     ``yaml.safe_load`` expands aliases without bound: a 499-byte file of nested aliases ("billion
     laughs") grew ``attnkit train`` past 2 GB. A run configuration needs neither, so both are
-    refused where they first appear."""
+    refused where they first appear; so is a key given twice."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -475,6 +475,23 @@ class _ConfigLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # a key given twice is refused: PyYAML keeps the last silently (`steps: 10` ... `steps: 1`)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # unhashable: the base class refuses it
+                continue
+            if duplicate:
+                raise yaml.MarkedYAMLError(
+                    problem=f"the key {key!r} is given twice", problem_mark=key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -127,8 +127,12 @@ class RunLock:
                 f"{path}: the run is being written by another process (pid {holder}); wait for "
                 "it to end"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as error:  # a full disk
+            os.close(fd)
+            raise _with_path(error, path) from None
         return cls(path, fd)
 
     def release(self) -> None:
@@ -146,21 +150,30 @@ class RunLock:
 
 # atomic_write's temporary files: ".<final name>.<8 random characters>.tmp"
 _TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+_TENSOR_FILE = re.compile(r"^step-\d{8}\.safetensors$")
 # written by commands that do not lock the run (attnkit eval, attnkit explain): never removed
 _UNLOCKED_WRITES = (".eval-", ".explain-")
 
 
 def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
-    """Remove the temporary files interrupted atomic writes left in a run directory (its root,
-    ``checkpoints/``, ``heatmaps/``). Call it holding the run's :class:`RunLock`: no other writer
-    of these files is running. Returns the removed paths."""
+    """Remove what interrupted writes left in a run directory: the temporary files of atomic
+    writes (in its root, ``checkpoints/``, ``heatmaps/``) and tensor files without their
+    checkpoint JSON (a checkpoint exists only once its JSON does: these are a checkpoint cut off
+    before its JSON, or one half-way pruned). Call it holding the run's :class:`RunLock`: no other
+    writer of these files is running. Returns the removed paths."""
     removed = []
     root = Path(run_dir)
     for directory in (root, root / "checkpoints", root / "heatmaps"):
         if not directory.is_dir():
             continue
         for path in sorted(directory.iterdir()):
-            if _TEMPORARY.match(path.name) and not path.name.startswith(_UNLOCKED_WRITES):
+            stale = _TEMPORARY.match(path.name) and not path.name.startswith(_UNLOCKED_WRITES)
+            orphan = (
+                directory.name == "checkpoints"
+                and _TENSOR_FILE.match(path.name)
+                and not path.with_suffix(".json").exists()
+            )
+            if stale or orphan:
                 path.unlink(missing_ok=True)
                 removed.append(path)
     return removed
