@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -28,7 +29,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
-from attnkit.checkpoint import atomic_write, list_checkpoints, read_checkpoint
+from attnkit.checkpoint import CheckpointError, atomic_write, list_checkpoints, read_checkpoint
 from attnkit.cli import main
 from attnkit.config import validate
 from attnkit.run import LOCK_FILE, RunLock, read_metrics, truncate_metrics
@@ -441,6 +442,27 @@ def test_a_run_s_files_are_readable_by_the_group_and_others_under_umask_022(refe
     for path in reference.rglob("*"):
         if path.is_file():
             assert path.stat().st_mode & 0o777 == 0o666 & ~mask, path
+
+
+class _Payload:
+    """Unpickling this creates a file: the proof that a pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_pickle_in_place_of_a_checkpoint_does_not_run(stopped, tmp_path):
+    run_dir = _copy(stopped, tmp_path / "run")
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Payload(marker))
+    for name in ("step-00000002.json", "step-00000002.safetensors"):
+        (run_dir / "checkpoints" / name).write_bytes(payload)
+        with pytest.raises(CheckpointError, match="step-00000002"):
+            read_checkpoint(run_dir / "checkpoints" / "step-00000002.json")
+    assert not marker.exists()
 
 
 # ----------------------------------------------------------------------- non-finite losses
