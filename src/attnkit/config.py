@@ -476,7 +476,6 @@ class _ConfigLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         # a key given twice is refused: PyYAML keeps the last silently (`steps: 10` ... `steps: 1`)
         seen: set[Any] = set()
