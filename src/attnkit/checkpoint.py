@@ -110,26 +110,51 @@ def content_checksum(meta: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (``os.umask`` sets it, racing threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` so that ``path`` holds either the old or the new bytes, never a
-    mix: temporary file in the same directory, flush, fsync, ``os.replace``, fsync the directory."""
+    mix: temporary file in the same directory, flush, fsync, ``os.replace``, fsync the directory.
+
+    The file gets the mode a plain ``open`` would (``0o666`` less the umask; ``mkstemp`` alone
+    makes it ``0o600``). A failure (a full disk, a read-only directory) raises ``OSError`` naming
+    ``path``, with the temporary file removed."""
     path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+    except OSError as error:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def capture_rng() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

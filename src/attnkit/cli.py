@@ -10,8 +10,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, NoReturn
 
 from attnkit import __version__
+
+if TYPE_CHECKING:
+    from attnkit.config import RunConfig
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -24,6 +28,8 @@ def _train(args: argparse.Namespace) -> int:
     from attnkit.config import load_config
 
     config = load_config(args.config, args.set)  # validated before torch is imported
+    if args.check:
+        return _check(args, config)
     from attnkit.train import train
 
     run = train(
@@ -37,6 +43,20 @@ def _train(args: argparse.Namespace) -> int:
     )
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
         print(f"run directory: {run.path}")
+    return 0
+
+
+def _check(args: argparse.Namespace, config: RunConfig) -> int:
+    """``attnkit train --check``: the configuration validated (above), its data read, and with
+    ``--resume`` the run's architecture compared; nothing is written."""
+    from attnkit.run import Run
+    from attnkit.tasks import job_for
+
+    job = job_for(config)
+    if args.resume is not None:
+        Run.open(args.resume, config)
+    sizes = ", ".join(f"{len(examples)} {split}" for split, examples in job.examples.items())
+    print(f"{args.config}: valid; data: {sizes} {job.example_noun}")
     return 0
 
 
@@ -55,11 +75,21 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError(f"--split must be one of {', '.join(examples)}, got {args.split!r}")
     results = run.job.evaluate(model, examples[args.split], beam_size=args.beam, quiet=args.quiet)
     results["step"] = step
-    atomic_write(run.path / f"eval-{args.split}.json", json.dumps(results, indent=1))
+    # printed before they are saved: a failed save (a full disk, a read-only run) loses nothing
     size, *lines = run.job.describe_results(results)
-    print(f"{run.path.name} step {step}, {args.split} split, {size}")
+    print(f"{run.path.name} step {step}, {args.split} split, {size}", flush=True)
     for line in lines:
-        print(line)
+        print(line, flush=True)
+    target = run.path / f"eval-{args.split}.json"
+    try:
+        atomic_write(target, json.dumps(results, indent=1))
+    except OSError as error:
+        print(
+            f"attnkit eval: error: the results above were not saved to {target}: "
+            f"{error.strerror or error}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -77,7 +107,7 @@ def _translate(args: argparse.Namespace) -> int:
             "translation run (use attnkit eval)"
         )
     vocabularies = run.job.vocabularies
-    model, _ = run.load_model()
+    model, _ = run.load_model(finite=True)
     for sentence in args.sentences:
         source = tokenize(sentence, "en")
         if not source:
@@ -86,7 +116,7 @@ def _translate(args: argparse.Namespace) -> int:
             model,
             vocabularies,
             [source],
-            beam_size=args.beam or run.config.decode.beam_size,
+            beam_size=run.config.decode.beam_size if args.beam is None else args.beam,
             max_length=run.config.decode.max_length,
         )
         print(detokenize(target, "fr"))
@@ -153,11 +183,46 @@ def _zoo(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    if args.output is not None:
+        # refused as torch.save and matplotlib's savefig refuse it: no folder is made on a typo
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(folder):
+            raise ValueError(f"--output: the folder {folder} does not exist (create it first)")
+        if os.path.isdir(args.output):
+            raise ValueError(f"--output: {args.output} is a folder; give a file name (.html)")
     from attnkit.run import explain_run
 
     path = explain_run(args.run_dir, args.input, output=args.output, beam_size=args.beam)
     print(f"attention viewer: {path}")
     return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0.0 <= value < 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors on one line (``attnkit train: error: argument --stop-after:
+    ...``, exit code 2), as every other error of the command; ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
 def _positive_seconds(text: str) -> float:
@@ -185,7 +250,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="attnkit", description="Attention mechanisms in deep learning, on PyTorch."
     )
     parser.add_argument("--version", action="version", version=f"attnkit {__version__}")
@@ -216,10 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--stop-after",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="STEP",
         help="stop after this step with a checkpoint (resume later)",
+    )
+    train.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the configuration and read its data (with --resume: compare the run's "
+        "architecture), then exit 0 without training, or 2 with the problem",
     )
     train.add_argument(
         "--timeout",
@@ -237,7 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     evaluate.add_argument("run_dir", help="a run directory")
     evaluate.add_argument("--split", default="test", help="valid or test (default test)")
-    evaluate.add_argument("--beam", type=int, default=None, help="beam size (default: config)")
+    evaluate.add_argument(
+        "--beam", type=_positive_int, default=None, help="beam size (default: config)"
+    )
     evaluate.add_argument("--checkpoint", default=None, help="a checkpoint JSON (default newest)")
     evaluate.add_argument(
         "--config", default=None, help="check this configuration's architecture against the run's"
@@ -254,7 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     translate.add_argument("run_dir", help="a run directory")
     translate.add_argument("sentences", nargs="+", help="English sentences")
-    translate.add_argument("--beam", type=int, default=None, help="beam size (default: config)")
+    translate.add_argument(
+        "--beam", type=_positive_int, default=None, help="beam size (default: config)"
+    )
     translate.add_argument(
         "--no-attention", action="store_true", help="print only the translations"
     )
@@ -265,19 +340,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     info.add_argument("--score", default="scaled_dot", help="score name (default scaled_dot)")
     info.add_argument("--align", default="softmax", help="alignment name (default softmax)")
-    info.add_argument("--batch", type=int, default=1)
-    info.add_argument("--heads", type=int, default=8)
-    info.add_argument("--queries", type=int, default=4096, help="M (default 4096)")
-    info.add_argument("--keys", type=int, default=4096, help="N (default 4096)")
-    info.add_argument("--dim", type=int, default=64, help="d_q = d_k (default 64)")
-    info.add_argument("--value-dim", type=int, default=None, help="d_v (default: --dim)")
-    info.add_argument("--window", type=int, default=10, help="D of local alignments")
+    info.add_argument("--batch", type=_positive_int, default=1)
+    info.add_argument("--heads", type=_positive_int, default=8)
+    info.add_argument("--queries", type=_positive_int, default=4096, help="M (default 4096)")
+    info.add_argument("--keys", type=_positive_int, default=4096, help="N (default 4096)")
+    info.add_argument("--dim", type=_positive_int, default=64, help="d_q = d_k (default 64)")
+    info.add_argument("--value-dim", type=_positive_int, default=None, help="d_v (default: --dim)")
+    info.add_argument("--window", type=_positive_int, default=10, help="D of local alignments")
     info.add_argument(
         "--dtype", default="float32", choices=["float16", "bfloat16", "float32", "float64"]
     )
     info.add_argument("--causal", action="store_true")
     info.add_argument("--weights", action="store_true", help="ask for the attention weights")
-    info.add_argument("--dropout", type=float, default=0.0)
+    info.add_argument("--dropout", type=_probability, default=0.0)
     info.add_argument("--summary", choices=["column_sum", "entropy", "argmax"], default=None)
     info.add_argument("--backend", default=None, help="force a backend and see if it can run")
     info.set_defaults(func=_info)
@@ -290,7 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("run_dir", help="a run directory")
     explain.add_argument("--input", required=True, help="an English sentence")
     explain.add_argument("--output", default=None, help="HTML path (default: in the run dir)")
-    explain.add_argument("--beam", type=int, default=None, help="beam size (default: config)")
+    explain.add_argument(
+        "--beam", type=_positive_int, default=None, help="beam size (default: config)"
+    )
     explain.set_defaults(func=_explain)
 
     zoo = commands.add_parser(
@@ -308,15 +385,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (CheckpointError, PeerFailureError) as error:
-        # an unusable run or checkpoint, or a dead or silent peer under torchrun: one line, code 1
-        print(f"attnkit {args.command}: error: {error}", file=sys.stderr)
-        return 1
+        # an unusable run or checkpoint, a run another process writes, or a dead or silent peer
+        # under torchrun: one line, code 1
+        return _fail(args.command, error, 1)
+    except OSError as error:  # a full disk, a read-only run directory: the path, code 1
+        where = f"{error.filename}: " if error.filename else ""
+        return _fail(args.command, f"{where}{error.strerror or error}", 1)
     except (ValueError, TypeError) as error:  # bad configuration or arguments: exit code 2
-        print(f"attnkit {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return _fail(args.command, error, 2)
+    except RuntimeError as error:
+        from attnkit.train import NonFiniteLossError
+
+        if not isinstance(error, NonFiniteLossError):
+            raise
+        return _fail(args.command, error, 1)  # a diverged training run
     except KeyboardInterrupt:
         print(f"attnkit {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _fail(command: str, error: object, code: int) -> int:
+    # one line, whatever the message holds (a key with a newline, a multi-line library error)
+    print(f"attnkit {command}: error: {' '.join(str(error).split())}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,7 +33,9 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: `.inf`/`.nan` are refused where a number is expected (train.lr: .inf
+    # trained on NaN to the end, issue 20)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 #: the translation corpora; every other corpus is a classification task (``attnkit.tasks``)
@@ -342,6 +345,9 @@ class TrainConfig(_Section):
     eval_every: int | None = Field(None, ge=1, description="validation loss every k steps")
     checkpoint_every: int | None = Field(None, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
+    stop_on_nonfinite: bool = Field(
+        True, description="stop at the first NaN/inf loss, naming the step and the likely cause"
+    )
 
 
 class DecodeConfig(_Section):
@@ -388,8 +394,13 @@ class RunConfig(_Section):
         return self
 
 
+def _key(part: Any) -> str:
+    # a key as the user wrote it, or its repr when it is not a plain name (newlines, non-strings)
+    return part if isinstance(part, str) and re.fullmatch(r"[\w-]+", part) else repr(part)
+
+
 def _describe_error(error: Mapping[str, Any]) -> str:
-    path = ".".join(str(part) for part in error["loc"])
+    path = ".".join(_key(part) for part in error["loc"])
     kind, message = error["type"], error["msg"]
     if kind == "extra_forbidden":
         return f"{path}: unknown key"
@@ -401,8 +412,10 @@ def _describe_error(error: Mapping[str, Any]) -> str:
     if message.startswith("Value error, "):  # our validators name their own key first
         own_key, _, text = message.removeprefix("Value error, ").partition(": ")
         return f"{path + '.' if path else ''}{own_key}: {text}"
-    given = error.get("input")
-    return f"{path}: {message} (given {given!r})"
+    given = repr(error.get("input"))
+    if len(given) > 60:
+        given = given[:57] + "..."
+    return f"{path}: {message} (given {given})"
 
 
 def _strip_union_tags(loc: Sequence[Any]) -> tuple[Any, ...]:
@@ -426,46 +439,179 @@ def validate(raw: Any, source: str = "config") -> RunConfig:
         raise ConfigError(f"{source}: " + "; ".join(problems)) from None
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
-    """Read and validate a YAML run configuration; ``overrides`` are ``key.path=value`` strings
-    (values parsed as YAML), applied before validation."""
-    path = Path(path)
+#: the largest configuration file read, in bytes: a run configuration is a few hundred bytes,
+#: and PyYAML (pure Python) parses 64 KiB well under a second
+MAX_CONFIG_BYTES = 64 * 1024
+#: the deepest nesting of mappings and lists accepted (a run configuration has three levels)
+MAX_CONFIG_DEPTH = 16
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain data only: no Python objects, so no code from a configuration)
+    without anchors and aliases, and with bounded nesting.
+
+    ``yaml.safe_load`` expands aliases without bound: a 499-byte file of nested aliases ("billion
+    laughs") grew ``attnkit train`` past 2 GB. A run configuration needs neither, so both are
+    refused where they first appear; so is a key given twice."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.MarkedYAMLError(
+                problem="YAML anchors and aliases (& and *) are not accepted in a configuration",
+                problem_mark=event.start_mark,
+            )
+        self._depth += 1
+        try:
+            if self._depth > MAX_CONFIG_DEPTH:
+                raise yaml.MarkedYAMLError(
+                    problem=f"nested deeper than {MAX_CONFIG_DEPTH} levels",
+                    problem_mark=event.start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        # a key given twice is refused: PyYAML keeps the last silently (`steps: 10` ... `steps: 1`)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # unhashable: the base class refuses it
+                continue
+            if duplicate:
+                raise yaml.MarkedYAMLError(
+                    problem=f"the key {key!r} is given twice", problem_mark=key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Plain data (mappings, lists, scalars) from YAML ``text``, or :class:`ConfigError` naming
+    ``source``: no anchors or aliases, at most :data:`MAX_CONFIG_DEPTH` levels."""
+    loader = _ConfigLoader(text)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read the configuration ({error.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
+        return loader.get_single_data()
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{line}") from None
-    return validate(apply_overrides(raw, overrides, str(path)), str(path))
+        problem = getattr(error, "problem", None)
+        detail = f" ({problem})" if problem else ""
+        raise ConfigError(f"{source}: not valid YAML{line}{detail}") from None
+    except (ValueError, RecursionError) as error:  # e.g. an integer of more than 4300 digits
+        raise ConfigError(f"{source}: unreadable YAML value ({_first_line(error)})") from None
+    finally:
+        loader.dispose()
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def read_config_text(path: str | Path) -> str:
+    """The text of the configuration file ``path``: at most :data:`MAX_CONFIG_BYTES`, UTF-8,
+    else :class:`ConfigError` naming the file."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)  # never more, whatever the file is
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the configuration ({error.strerror})") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path}: larger than {MAX_CONFIG_BYTES} bytes; a run configuration is a few "
+            "hundred bytes"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {data[error.start]:#04x} at offset {error.start})"
+        ) from None
+
+
+def read_config(path: str | Path, overrides: Sequence[str] = ()) -> Any:
+    """The parsed YAML of ``path`` with ``overrides`` applied, before validation (see
+    :func:`load_config`)."""
+    raw = parse_yaml(read_config_text(path), str(path))
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"{path}: the top level must be a mapping of keys (name:, train:, ...), "
+            f"got a YAML {_yaml_kind(raw)}"
+        )
+    return apply_overrides(raw, overrides, str(path))
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RunConfig:
+    """Read and validate a YAML run configuration; ``overrides`` are ``key.path=value`` strings
+    (values parsed as YAML), applied before validation.
+
+    Refused with :class:`ConfigError` (one line naming the file): a file over
+    :data:`MAX_CONFIG_BYTES`, not UTF-8, not YAML, with anchors or aliases, nested deeper than
+    :data:`MAX_CONFIG_DEPTH`, whose top level is not a mapping, or whose keys do not validate."""
+    return validate(read_config(path, overrides), str(path))
+
+
+def _yaml_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, str):
+        return "string"
+    return type(value).__name__
+
+
+def _plain_copy(value: Any) -> Any:
+    # a copy of parsed YAML (no aliases: a tree); json.dumps would stringify keys and fail on dates
+    if isinstance(value, Mapping):
+        return {key: _plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(item) for item in value]
+    return value
 
 
 def apply_overrides(raw: Any, overrides: Sequence[str], source: str = "config") -> Any:
     """``raw`` with each ``a.b.c=value`` set (the value parsed as YAML); a new dict."""
-    result = json.loads(json.dumps(raw)) if raw is not None else {}
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(
+            f"{source}: the top level must be a mapping of keys to apply --set, "
+            f"got a YAML {_yaml_kind(raw)}"
+        )
+    result = _plain_copy(raw) if raw is not None else {}
     for override in overrides:
         key, sep, value = override.partition("=")
-        if not sep or not key:
+        if not sep or not key or "" in key.split("."):
             raise ConfigError(f"{source}: override must look like key.path=value, got {override!r}")
         node = result
         *parents, leaf = key.split(".")
         for part in parents:
-            child = node.get(part) if isinstance(node, dict) else None
+            child = node.get(part)
             if child is None:
                 child = node[part] = {}
             if not isinstance(child, dict):
                 raise ConfigError(f"{source}: {key}: {part} is not a section")
             node = child
-        node[leaf] = yaml.safe_load(value)
+        node[leaf] = parse_yaml(value, f"--set {key}")
     return result
 
 
 def to_yaml(config: RunConfig) -> str:
     """The resolved configuration (defaults filled in) as YAML."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+    return yaml.dump(config.model_dump(mode="json"), Dumper=_PlainDumper, sort_keys=False)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Never writes anchors: a run's config.yaml is read back by the loader that refuses them."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 ARCHITECTURE_DATA_KEYS = ("corpus", "max_length", "max_pairs", "min_freq", "max_vocab")

@@ -19,9 +19,8 @@ from importlib.resources import files
 from pathlib import Path
 
 import torch
-import yaml
 
-from attnkit.config import RunConfig, apply_overrides, validate
+from attnkit.config import RunConfig, apply_overrides, parse_yaml, validate
 from attnkit.data.tokenize import detokenize
 from attnkit.report import Alignment, format_matrix
 from attnkit.train import train
@@ -31,7 +30,9 @@ Log = Callable[[str], None]
 
 def demo_config(overrides: Sequence[str] = ()) -> RunConfig:
     """The embedded default configuration, with ``key.path=value`` overrides."""
-    raw = yaml.safe_load(files("attnkit").joinpath("demo.yaml").read_text(encoding="utf-8"))
+    raw = parse_yaml(
+        files("attnkit").joinpath("demo.yaml").read_text(encoding="utf-8"), "demo.yaml"
+    )
     return validate(apply_overrides(raw, overrides, "demo.yaml"), "demo.yaml")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -116,6 +117,8 @@ def _loss_curve_png(metrics: Sequence[Mapping[str, Any]]) -> bytes | None:
 
 
 def _cell(value: float) -> str:
+    if not math.isfinite(value):  # a diverged model (train.stop_on_nonfinite: false)
+        return f'<td style="background:#c00;color:#fff">{value}</td>'
     # the encyclopedia's figure: white = all the weight, black = none (as the PNG heatmaps)
     shade = int(255 * min(max(value, 0.0), 1.0))
     ink = "#000" if value > 0.5 else "#fff"

@@ -6,6 +6,7 @@ checkpoints and metrics.
         vocab.json         translation: source and target vocabularies
         task.json          classification: what the task learnt from its training split
         links.pharaoh      supervised attention: the aligner's links for the training pairs
+        .lock              held (fcntl.flock) by the process writing the run; holds its pid
         metrics.jsonl      one line per step ({"step", "loss", "nll", "lr", ...}) and per evaluation
         checkpoints/       step-XXXXXXXX.safetensors + .json (see attnkit.checkpoint)
         results.json       final evaluation (BLEU, AER, accuracy, ...)
@@ -15,25 +16,40 @@ checkpoints and metrics.
 loaded), restores its job (:func:`attnkit.tasks.job_for`: what the run learnt, in the job's
 :attr:`~attnkit.tasks.job.Job.state_file`), builds its model and loads its checkpoints.
 :func:`explain_run` writes the attention viewer page of a translation run.
+
+A process that writes a run (``attnkit train``, also ``--resume``) holds :class:`RunLock`; a second
+writer is refused naming the holder's pid. At the start of a write, the temporary files of
+interrupted atomic writes are removed (:func:`remove_stale_temporaries`), and a torn last line of
+``metrics.jsonl`` is dropped and reported (:func:`truncate_metrics`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from torch import nn
 
-from attnkit.checkpoint import CheckpointError, atomic_write, latest_checkpoint, read_checkpoint
+from attnkit.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    atomic_write,
+    latest_checkpoint,
+    list_checkpoints,
+    read_checkpoint,
+)
 from attnkit.config import (
     ConfigError,
     RunConfig,
     architecture,
     differing_keys,
+    parse_yaml,
     to_yaml,
     validate,
 )
@@ -45,17 +61,146 @@ from attnkit.report import describe_model
 from attnkit.tasks import Job, Task, job_for
 from attnkit.tasks.translation import TranslationJob, build_model, load_examples
 
-# names this module had before translation became a task (attnkit.tasks.translation)
+# its own names, and those it had before translation became a task (attnkit.tasks.translation)
 __all__ = [
+    "LOCK_FILE",
+    "MetricsLog",
     "Run",
+    "RunLock",
+    "RunLockedError",
     "Vocabularies",
     "build_model",
+    "check_new_run",
     "describe_model",
     "explain_run",
     "load_examples",
+    "make_run_dir",
+    "new_run_path",
     "read_metrics",
+    "remove_stale_temporaries",
+    "require_finite",
     "truncate_metrics",
 ]
+
+#: the lock file of a run directory (see :class:`RunLock`)
+LOCK_FILE = ".lock"
+
+
+class RunLockedError(CheckpointError):
+    """Another process is writing the run directory; the message names its pid."""
+
+
+def _with_path(error: OSError, path: Path) -> OSError:
+    """``error`` naming ``path`` (a failed write or flush does not name its file)."""
+    return OSError(error.errno, error.strerror or str(error), str(path))
+
+
+class RunLock:
+    """An exclusive lock of a run directory: ``fcntl.flock`` on ``RUN_DIR/.lock``, which holds
+    the holder's pid. The kernel releases it when the process ends, even by ``kill -9``: a lock
+    file left behind is free.
+
+    Example::
+
+        >>> with RunLock.acquire("runs/tiny"):
+        ...     pass  # write the run
+    """
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self._fd = path, fd
+
+    @classmethod
+    def acquire(cls, run_dir: str | Path) -> RunLock:
+        """Lock ``run_dir`` (which must exist); :class:`RunLockedError` naming the holder's pid
+        if another process holds it, ``OSError`` naming the lock file if it cannot be opened."""
+        path = Path(run_dir) / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as error:
+            raise _with_path(error, path) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise RunLockedError(
+                f"{path}: the run is being written by another process (pid {holder}); wait for "
+                "it to end"
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as error:  # a full disk
+            os.close(fd)
+            raise _with_path(error, path) from None
+        return cls(path, fd)
+
+    def release(self) -> None:
+        """Unlock (the file stays: removing it would race with a process opening it)."""
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = -1
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+# atomic_write's temporary files: ".<final name>.<8 random characters>.tmp"
+_TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+_TENSOR_FILE = re.compile(r"^step-\d{8}\.safetensors$")
+# written by commands that do not lock the run (attnkit eval, attnkit explain): never removed
+_UNLOCKED_WRITES = (".eval-", ".explain-")
+
+
+def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
+    """Remove what interrupted writes left in a run directory: the temporary files of atomic
+    writes (in its root, ``checkpoints/``, ``heatmaps/``) and tensor files without their
+    checkpoint JSON (a checkpoint exists only once its JSON does: these are a checkpoint cut off
+    before its JSON, or one half-way pruned). Call it holding the run's :class:`RunLock`: no other
+    writer of these files is running. Returns the removed paths."""
+    removed = []
+    root = Path(run_dir)
+    for directory in (root, root / "checkpoints", root / "heatmaps"):
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            stale = _TEMPORARY.match(path.name) and not path.name.startswith(_UNLOCKED_WRITES)
+            orphan = (
+                directory.name == "checkpoints"
+                and _TENSOR_FILE.match(path.name)
+                and not path.with_suffix(".json").exists()
+            )
+            if stale or orphan:
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
+
+
+def new_run_path(
+    config: RunConfig, runs_dir: str | Path = "runs", path: str | Path | None = None
+) -> Path:
+    """Where a new run of ``config`` goes: ``path``, or ``RUNS_DIR/<name>-<UTC timestamp>``."""
+    if path is None:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        path = Path(runs_dir) / f"{config.name}-{stamp}"
+    return Path(path)
+
+
+def check_new_run(path: Path) -> None:
+    """:class:`ConfigError` unless ``path`` is absent or empty (but for its lock file)."""
+    if path.exists() and any(p.name != LOCK_FILE for p in path.iterdir()):
+        raise ConfigError(f"run directory {str(path)!r} exists and is not empty (use --resume)")
+
+
+def make_run_dir(path: Path) -> None:
+    """Create ``path`` (and its parents); ``OSError`` naming it when that fails."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _with_path(error, path) from None
 
 
 class Run:
@@ -102,13 +247,9 @@ class Run:
         the training split (:meth:`~attnkit.tasks.job.Job.learnt`: a JSON-able dict), opened
         with ``job`` (default: a new one of ``config``)."""
         job = job or job_for(config)
-        if path is None:
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-            path = Path(runs_dir) / f"{config.name}-{stamp}"
-        path = Path(path)
-        if path.exists() and any(path.iterdir()):
-            raise ConfigError(f"run directory {str(path)!r} exists and is not empty (use --resume)")
-        path.mkdir(parents=True, exist_ok=True)
+        path = new_run_path(config, runs_dir, path)
+        check_new_run(path)
+        make_run_dir(path)
         atomic_write(path / "config.yaml", to_yaml(config))
         atomic_write(path / job.state_file, json.dumps(learnt))
         return cls.open(path, job=job)
@@ -124,8 +265,8 @@ class Run:
         if not config_path.is_file():
             raise CheckpointError(f"{config_path}: not a run directory (no config.yaml)")
         try:
-            raw = yaml.safe_load(config_path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+            raw = parse_yaml(config_path.read_text(encoding="utf-8"), str(config_path))
+        except (OSError, UnicodeDecodeError, ConfigError):
             raise CheckpointError(f"{config_path}: unreadable run configuration") from None
         saved = validate(raw, str(config_path))
         if config is not None:
@@ -151,15 +292,61 @@ class Run:
         torch.manual_seed(self.config.seed)
         return self._build()
 
-    def load_model(self, checkpoint: str | Path | None = None) -> tuple[nn.Module, int]:
-        """The model of the newest (or the given) checkpoint, in eval mode, and its step."""
+    def load_model(
+        self, checkpoint: str | Path | None = None, *, finite: bool = False
+    ) -> tuple[nn.Module, int]:
+        """The model of the newest (or the given) checkpoint, in eval mode, and its step; with
+        ``finite``, :class:`CheckpointError` if a weight is NaN or infinite (a diverged run)."""
         path = checkpoint or latest_checkpoint(self.checkpoints)
         if path is None:
             raise CheckpointError(f"{self.checkpoints}: no checkpoint in this run")
         loaded = read_checkpoint(path, architecture(self.config))
         model = self._build()
         loaded.restore(model)
+        if finite:
+            require_finite(model, loaded.path)
         return model.eval(), loaded.step
+
+    def resume_checkpoint(self) -> Checkpoint | None:
+        """The newest checkpoint, read and verified, or ``None`` if there is none.
+
+        A damaged newest checkpoint is refused, never skipped silently (the damage may be a
+        failing disk, and its steps may be recoverable); the error names the newest older
+        checkpoint that is intact and how to resume from it."""
+        found = list_checkpoints(self.checkpoints)
+        if not found:
+            return None
+        arch = architecture(self.config)
+        try:
+            return read_checkpoint(found[-1], arch)
+        except CheckpointError as error:
+            for older in reversed(found[:-1]):
+                try:
+                    step = read_checkpoint(older, arch).step
+                except CheckpointError:
+                    continue
+                raise CheckpointError(
+                    f"{error}; the older checkpoint {older.name} (step {step}) is intact: move "
+                    f"{found[-1].name} and {found[-1].with_suffix('.safetensors').name} out of "
+                    f"{self.checkpoints} and resume again to continue from step {step}"
+                ) from None
+            raise
+
+
+def require_finite(model: nn.Module, source: str | Path) -> None:
+    """:class:`CheckpointError` naming ``source`` if a weight of ``model`` is NaN or infinite."""
+    bad = [
+        name
+        for name, tensor in model.state_dict().items()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise CheckpointError(
+            f"{source}: the model's weights are not finite (NaN or inf in {', '.join(bad[:3])}"
+            f"{more}): the run diverged; train it again with a smaller train.lr "
+            "(train.stop_on_nonfinite: true stops a run at its first non-finite loss)"
+        )
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -172,23 +359,103 @@ def _read_json(path: Path) -> dict[str, Any]:
     return state
 
 
-def truncate_metrics(path: Path, step: int) -> None:
-    """Keep metric lines up to ``step`` (a resumed run rewrites what came after its checkpoint)."""
+def _metric_records(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The records of ``metrics.jsonl`` and a note if a torn last line (an interrupted append)
+    was dropped; :class:`CheckpointError` naming the file and line for any other damage."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise _with_path(error, path) from None
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline, as every complete append does
+    records, note = [], None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except ValueError as error:
+            raise CheckpointError(
+                f"{path}: line {number} is not a metrics record ({error}); the file is damaged"
+            ) from None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise CheckpointError(f"{path}: line {number} is not a metrics record (no step)")
+        records.append(record)
+    if tail.strip():
+        try:
+            record = json.loads(tail.decode("utf-8"))
+            if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+                raise ValueError("no step")
+            records.append(record)  # complete but for its newline
+        except ValueError:
+            note = (
+                f"{path}: dropped its torn last line ({len(tail)} bytes: an interrupted write "
+                f"after line {len(lines)})"
+            )
+    return records, note
+
+
+def truncate_metrics(path: Path, step: int) -> str | None:
+    """Keep metric lines up to ``step`` (a resumed run rewrites what came after its checkpoint).
+
+    A torn last line (what a crash or a full disk leaves mid-append) is dropped; returns a one-line
+    note saying so, else ``None``."""
     if not path.is_file():
-        return
-    kept = [
-        line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and json.loads(line)["step"] <= step
-    ]
-    atomic_write(path, "".join(line + "\n" for line in kept))
+        return None
+    records, note = _metric_records(path)
+    kept = [json.dumps(record) + "\n" for record in records if record["step"] <= step]
+    atomic_write(path, "".join(kept))
+    return note
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl`` (a torn last line left out)."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return _metric_records(path)[0]
+
+
+class MetricsLog:
+    """Appends to a run's ``metrics.jsonl``, one JSON record a line; a failed write or flush
+    (a full disk) raises ``OSError`` naming the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._file = path.open("a", encoding="utf-8")
+        except OSError as error:
+            raise _with_path(error, path) from None
+
+    def write(self, record: dict[str, Any]) -> None:
+        try:
+            self._file.write(json.dumps(record) + "\n")
+        except OSError as error:
+            raise _with_path(error, self.path) from None
+
+    def flush(self) -> None:
+        try:
+            self._file.flush()
+        except OSError as error:
+            raise _with_path(error, self.path) from None
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        except OSError as error:
+            raise _with_path(error, self.path) from None
+
+    def __enter__(self) -> MetricsLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:  # already failing: close without masking that error with a second one
+            try:
+                self._file.close()
+            except OSError:
+                pass
 
 
 def explain_run(
@@ -232,7 +499,7 @@ def explain_run(
         raise ValueError(f"beam_size must be a positive int or None, got {beam_size!r}")
     run = Run.open(run_dir)
     vocabularies = run.vocabularies
-    model, step = run.load_model()
+    model, step = run.load_model(finite=True)
     config = run.config
     beam = config.decode.beam_size if beam_size is None else beam_size
     explanation = explain(

@@ -9,6 +9,10 @@ Everything that decides the numbers is a function of the seed and the step: init
 global generator whose state every checkpoint saves. So ``--resume`` continues bit-exactly, and two
 runs with one seed give identical metrics (both tested).
 
+The process that writes the run holds its lock (:class:`~attnkit.run.RunLock`) from before its
+first write to the end; a second writer is refused, naming the holder's pid. With
+``train.stop_on_nonfinite`` (the default) the run stops at the first NaN or infinite loss, before
+that step updates the weights (:class:`NonFiniteLossError`).
 """
 
 from __future__ import annotations
@@ -25,13 +29,23 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from attnkit.checkpoint import atomic_write, latest_checkpoint, read_checkpoint, save_checkpoint
+from attnkit.checkpoint import Checkpoint, atomic_write, save_checkpoint
 from attnkit.config import RunConfig, architecture, differing_keys
 from attnkit.data_parallel import DEFAULT_TIMEOUT, DataParallel
 from attnkit.report import describe_model, write_report
-from attnkit.run import Run, read_metrics, truncate_metrics
+from attnkit.run import (
+    MetricsLog,
+    Run,
+    RunLock,
+    check_new_run,
+    make_run_dir,
+    new_run_path,
+    read_metrics,
+    remove_stale_temporaries,
+    truncate_metrics,
+)
 from attnkit.tasks import job_for
-from attnkit.tasks.job import Log
+from attnkit.tasks.job import Job, Log
 
 
 def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
@@ -51,6 +65,23 @@ def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
         return 1.0
 
     return factor
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training met a NaN or infinite loss (``train.stop_on_nonfinite``); the message is one
+    line naming the step and the likely cause."""
+
+
+def likely_cause(config: RunConfig, step: int) -> str:
+    """The configuration's likeliest reason for a non-finite loss at ``step`` (a hint)."""
+    t = config.train
+    if t.lr > 0.1:
+        return f"train.lr: {t.lr:g} is large for Adam (1e-4 to 1e-2 is usual)"
+    if step == 1:
+        return "the first step: the data or the initial model (a NaN or inf in the inputs?)"
+    if t.clip_norm is None:
+        return f"train.clip_norm: null (no gradient clipping) with train.lr: {t.lr:g}"
+    return f"the step size: try a smaller train.lr (now {t.lr:g}) or more train.warmup"
 
 
 def train(
@@ -99,27 +130,61 @@ def _train(
     if not main:
         log = _silent
     job = job_for(config)
-    checkpoint = None
-    if resume is not None:
-        run = Run.open(resume, config, job=job)
-        saved = Run.open(resume).config
-        others = differing_keys(saved.model_dump(mode="json"), config.model_dump(mode="json"))
-        if others:
-            log(f"resuming with changed settings: {'; '.join(others)}")
-        run.config = config
-        # read and verified before any work: a bad checkpoint stops the run with nothing changed
-        newest = latest_checkpoint(run.checkpoints)
-        checkpoint = None if newest is None else read_checkpoint(newest, architecture(config))
-    else:
-        # every rank reads the data and learns its state (vocabularies) at once, as rank 0
-        # does: the others then wait in share_text only while rank 0 writes the directory,
-        # well within the collective timeout
-        learnt = job.learnt()
-        path = ""
-        if main:
-            path = str(Run.create(config, learnt, runs_dir, run_dir, job=job).path)
-        # the others wait for rank 0's directory; every rank takes the state it wrote
-        run = Run.open(parallel.share_text(path), job=job)
+    with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the end
+        checkpoint = None
+        if resume is not None:
+            run = Run.open(resume, config, job=job)
+            if main:
+                held.enter_context(RunLock.acquire(run.path))
+                _remove_stale(run, log)
+            saved = Run.open(resume).config
+            others = differing_keys(saved.model_dump(mode="json"), config.model_dump(mode="json"))
+            if others:
+                log(f"resuming with changed settings: {'; '.join(others)}")
+            run.config = config
+            # read and verified before any work: a bad checkpoint stops the run, nothing changed
+            checkpoint = run.resume_checkpoint()
+        else:
+            # every rank reads the data and learns its state (vocabularies) at once, as rank 0
+            # does: the others then wait in share_text only while rank 0 writes the directory,
+            # well within the collective timeout
+            learnt = job.learnt()
+            path = ""
+            if main:
+                # locked before its first file is written: two trainings given one --run-dir
+                # cannot both write it
+                target = new_run_path(config, runs_dir, run_dir)
+                check_new_run(target)
+                make_run_dir(target)
+                held.enter_context(RunLock.acquire(target))
+                path = str(Run.create(config, learnt, path=target, job=job).path)
+            # the others wait for rank 0's directory; every rank takes the state it wrote
+            run = Run.open(parallel.share_text(path), job=job)
+        return _steps(config, parallel, run, job, checkpoint, resume, stop_after, quiet, log)
+
+
+def _remove_stale(run: Run, log: Log) -> None:
+    removed = remove_stale_temporaries(run.path)
+    if removed:
+        names = ", ".join(str(p.relative_to(run.path)) for p in removed[:3])
+        more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
+        log(
+            f"{run.path}: removed {len(removed)} temporary file(s) of interrupted writes: {names}{more}"
+        )
+
+
+def _steps(
+    config: RunConfig,
+    parallel: DataParallel,
+    run: Run,
+    job: Job,
+    checkpoint: Checkpoint | None,
+    resume: str | Path | None,
+    stop_after: int | None,
+    quiet: bool,
+    log: Log,
+) -> Run:
+    main = parallel.is_main
     epoch_size = job.prepare(run, parallel, log)
 
     model = run.new_model().to(parallel.device)  # cuda:LOCAL_RANK under NCCL, else the CPU
@@ -133,7 +198,9 @@ def _train(
     else:  # a new run, or one resumed before its first checkpoint: start as a new run does
         torch.manual_seed(config.seed)  # dropout's stream starts from the seed too
     if resume is not None and main:
-        truncate_metrics(run.metrics, step)
+        note = truncate_metrics(run.metrics, step)
+        if note:
+            log(note)
     trained = parallel.wrap(model)
 
     t = config.train
@@ -151,10 +218,17 @@ def _train(
     start, window = time.perf_counter(), []
     tick = start
     with contextlib.ExitStack() as stack:
-        metrics = stack.enter_context(run.metrics.open("a", encoding="utf-8")) if main else None
+        metrics = stack.enter_context(MetricsLog(run.metrics)) if main else None
         while step < last:
             parallel.stage = f"step {step + 1} of {t.steps}"
             loss, parts = job.loss(trained, parallel.place(job.batch(step, parallel)), parallel)
+            # parts["loss"] is the global batch's: every rank stops at the same step
+            if t.stop_on_nonfinite and not math.isfinite(parts["loss"]):
+                raise NonFiniteLossError(
+                    f"step {step + 1}: the loss is {parts['loss']} (train.stop_on_nonfinite); "
+                    f"likely cause: {likely_cause(config, step + 1)}; stopped before that step "
+                    f"changed the weights (metrics kept up to step {step})"
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.clip_norm is not None:
@@ -168,7 +242,7 @@ def _train(
             now = time.perf_counter()
             record = {"step": step, "split": "train", **parts, "lr": lr, "seconds": now - tick}
             tick = now
-            metrics.write(json.dumps(record) + "\n")
+            metrics.write(record)
             window.append(parts["loss"])
             progress.update(1)
             if step % t.log_every == 0 or step == last:
@@ -184,7 +258,7 @@ def _train(
                 with torch.no_grad():
                     valid = job.valid(parallel.on_cpu(model))
                 model.train()
-                metrics.write(json.dumps({"step": step, "split": "valid", **valid}) + "\n")
+                metrics.write({"step": step, "split": "valid", **valid})
                 if quiet:
                     log(
                         f"step {step}  valid " + "  ".join(f"{k} {v:.4f}" for k, v in valid.items())

@@ -17,6 +17,7 @@ import yaml
 from attnkit.checkpoint import content_checksum
 from attnkit.cli import main
 from attnkit.config import validate
+from attnkit.run import LOCK_FILE
 from attnkit.train import train
 
 CONFIG = {
@@ -90,8 +91,11 @@ def _damaged_copy(run_dir: Path, tmp_path: Path, damage: str) -> tuple[Path, Pat
 
 
 def _files(directory: Path) -> dict[str, bytes]:
+    # the lock file holds the pid of the newest process that locked the run: not the run's data
     return {
-        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in directory.rglob("*")
+        if p.is_file() and p.name != LOCK_FILE
     }
 
 
