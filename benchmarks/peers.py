@@ -48,7 +48,9 @@ Rows (``--only NAME``), B = 1, H = 8, d = 64, fp32 unless stated; "fwd" runs und
 * ``performer``: ``performer_pytorch.FastAttention(64, nb_features=256, causal=…)`` vs
   ``attnkit.efficient.performer_attention`` with the same random features ω [256, 64]
   (attnkit's ``orthogonal_gaussian``, copied into the peer's buffer), n = 1024, 4096, 16384,
-  causal and not, fwd+bwd.
+  causal and not, fwd+bwd; "agree" also gives both errors from exact attention in float64
+  (the peer adds 1e-4 to every feature). The peer's causal path is its CPU fallback
+  (``causal_linear_attention_noncuda``), the one users get without CUDA.
 * ``linformer``: ``linformer.LinformerSelfAttention(dim=512, seq_len=n, k=256, heads=8)`` vs the
   same projections and E, F (copied) around ``attnkit.efficient.linformer_attention``,
   n = 1024, 4096, 16384, fwd+bwd.
@@ -59,9 +61,10 @@ Rows (``--only NAME``), B = 1, H = 8, d = 64, fp32 unless stated; "fwd" runs und
   16384, causal and not, fwd+bwd.
 * ``lsh``: ``reformer_pytorch.LSHAttention(bucket_size=64, n_hashes=1, causal=…,
   attend_across_buckets=False)`` vs ``attnkit.efficient.lsh_attention(q, q, v, bucket_size=64,
-  n_rounds=1)`` (shared QK, 2n/64 ⇒ n/64 buckets in both), n = 2048, 8192, causal and not,
-  fwd+bwd; the random rotations differ, so "agree" gives both errors from exact shared-QK
-  attention in float64.
+  n_rounds=1)`` (shared QK, n/64 buckets in both; queries attend their own bucket in their
+  chunk and the previous one), n = 2048, 8192, causal and not, fwd+bwd. The checked call uses
+  the same rotations in both (later calls draw new ones in the peer); "agree" also gives both
+  errors from exact shared-QK attention in float64.
 * ``softcap``: ``ak.attention(score_mod=30·tanh(s/30))`` vs ``x_transformers.attend.Attend(
   softclamp_logits=True, logit_softclamp_value=30)`` and vs ``torch.compile(flex_attention)``
   with the same score_mod, n = 2048, 4096, 8192, fwd only (Flex has no CPU backward).
@@ -135,8 +138,17 @@ def max_abs(a: object, b: object) -> float:
     return max(diffs) if diffs else math.nan
 
 
+def errors(out: object, reference: Tensor) -> tuple[float, float]:
+    """Largest and mean |out - reference| (``out``'s first tensor)."""
+    diff = ((out[0] if isinstance(out, tuple) else out).double() - reference.double()).abs()
+    return diff.max().item(), diff.mean().item()
+
+
 def available(peer: Peer) -> bool:
-    return peer.module is None or importlib.util.find_spec(peer.module) is not None
+    try:
+        return peer.module is None or importlib.util.find_spec(peer.module) is not None
+    except (ImportError, ValueError):  # a broken or blocked installation
+        return False
 
 
 def fmt_ms(t: float | None) -> str:
@@ -169,8 +181,12 @@ def run_config(row: Row, cfg: dict, args: argparse.Namespace, memory: bool) -> l
             outputs[impl] = row.check(impl, cfg) if row.check else fns[impl]()
         except Exception as error:  # a peer (or Flex's compiler) failing must not stop the rest
             print(f"{row.name} {cfg} {impl}: {error!r}", file=sys.stderr)
-            notes[impl] = f"failed: {type(error).__name__}: {str(error)[:80]}"
             fns.pop(impl, None)
+            peer = row.peers.get(impl)
+            if peer is not None and peer.pip and isinstance(error, ImportError):
+                notes[impl] = f"peer not installed (pip install {peer.pip}): {error}"
+            else:
+                notes[impl] = f"failed: {type(error).__name__}: {str(error)[:80]}"
     if "attnkit" in notes:
         return [[describe(cfg), cfg.get("mode", ""), notes["attnkit"], *["—"] * 6]]
     big = cfg.get("n", 0) > 4096
@@ -189,7 +205,11 @@ def run_config(row: Row, cfg: dict, args: argparse.Namespace, memory: bool) -> l
         if impl in notes:
             agree = notes[impl]
         elif reference is not None:
-            agree = f"{max_abs(outputs['attnkit'], reference):.1e} / {max_abs(outputs[impl], reference):.1e}"
+            ours, theirs = (errors(outputs[i], reference) for i in ("attnkit", impl))
+            agree = (
+                f"{max_abs(outputs['attnkit'], outputs[impl]):.1e}; vs float64 exact: max "
+                f"{ours[0]:.1e} / {theirs[0]:.1e}, mean {ours[1]:.1e} / {theirs[1]:.1e}"
+            )
         else:
             agree = f"{max_abs(outputs['attnkit'], outputs[impl]):.1e}"
         peer_t = times.get(impl)
@@ -241,7 +261,7 @@ def section(blocks: dict[str, list[str]], threads: int, repeats: int) -> list[st
     intro = (
         "attnkit against the implementation a user would otherwise reach for, each pair on the "
         "same inputs and weights in one process, interleaved (medians of "
-        f"{repeats} rounds, 2 above n = 4096), {threads} thread(s). attnkit/peer is the ratio of "
+        f"{repeats} rounds, 2 above n = 4096, 3 for decoding), {threads} thread(s). attnkit/peer is the ratio of "
         "times: < 1 = attnkit faster. Memory: peak RSS of one warm call beyond the RSS before it, "
         "in a fresh process per implementation. agree: the largest absolute difference of "
         "attnkit's output from the peer's (or from a float64 reference, where the peer differs "
