@@ -15,8 +15,8 @@ import argparse
 import time
 
 from attnkit.evaluate import ablate
-from attnkit.evaluate.translation import evaluate_run
 from attnkit.run import Run, load_examples
+from attnkit.tasks.translation import evaluate_run
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 The demo model translates English → French, the direction of the Och & Ney Hansards gold
 (sure/possible links; Mihalcea & Pedersen 2003). It is fed each reference French sentence of the
 test part (gold sentences 101-447) under forced decoding and every French word is linked to the
-English word it attends most (``attnkit.evaluate.translation.evaluate_run``, the pipeline behind
+English word it attends most (``attnkit.tasks.translation.evaluate_run``, the pipeline behind
 the Hansards rows of docs/results.md). The gold tokens are only lowercased and NFC-normalised,
 one token in, one token out, so every link position is unchanged; accents are kept, since the
 Tatoeba vocabularies have them (the Hansards runs' normalisation strips them because their
@@ -28,8 +28,8 @@ from attnkit.data.corpus import Example
 from attnkit.data.hansards import VALID_SENTENCES, load_hansards_gold
 from attnkit.data.tokenize import normalize_text
 from attnkit.evaluate import corpus_alignment_error_rate
-from attnkit.evaluate.translation import evaluate_run
 from attnkit.run import Run
+from attnkit.tasks.translation import evaluate_run
 
 
 def gold_test_part(root: Path) -> list[Example]:

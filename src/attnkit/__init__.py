@@ -4,49 +4,104 @@
     >>> out = ak.attention(q, k, v, score="additive" or ak.scores.Additive(...), align="softmax")
 
 See README.md and docs/core.md for the map from the survey's equations to this API.
+
+The names below are imported on first use (PEP 562), so ``import attnkit`` — and the
+``attnkit`` command's ``--help`` and ``--version`` — do not import PyTorch. ``from attnkit import
+X``, ``ak.X`` and ``import attnkit.X`` work as with eager imports.
 """
 
-from attnkit import (
-    data,
-    distributed,
-    efficient,
-    evaluate,
-    interpret,
-    layers,
-    mechanisms,
-    models,
-    taxonomy,
-)
-from attnkit.core import align, masks, scores
-from attnkit.core.call import AttentionOutput
-from attnkit.core.engine import attention, explain
-from attnkit.core.general import GeneralAttention
-from attnkit.core.hooks import AttentionHook, attention_hooks
-from attnkit.core.merge import merge_attention
-from attnkit.mechanisms.multi_head import MultiHeadAttention
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AttentionHook",
-    "AttentionOutput",
-    "GeneralAttention",
-    "MultiHeadAttention",
-    "__version__",
-    "align",
-    "attention",
-    "attention_hooks",
-    "data",
-    "distributed",
-    "efficient",
-    "evaluate",
-    "explain",
-    "interpret",
-    "layers",
-    "masks",
-    "mechanisms",
-    "merge_attention",
-    "models",
-    "scores",
-    "taxonomy",
-]
+#: public name -> (module, attribute); attribute ``None``: the name is that module itself.
+#: One line per name: adding a public name is adding a line here.
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "AttentionHook": ("attnkit.core.hooks", "AttentionHook"),
+    "AttentionOutput": ("attnkit.core.call", "AttentionOutput"),
+    "GeneralAttention": ("attnkit.core.general", "GeneralAttention"),
+    "MultiHeadAttention": ("attnkit.mechanisms.multi_head", "MultiHeadAttention"),
+    "align": ("attnkit.core.align", None),
+    "attention": ("attnkit.core.engine", "attention"),
+    "attention_hooks": ("attnkit.core.hooks", "attention_hooks"),
+    "data": ("attnkit.data", None),
+    "distributed": ("attnkit.distributed", None),
+    "efficient": ("attnkit.efficient", None),
+    "evaluate": ("attnkit.evaluate", None),
+    "explain": ("attnkit.core.engine", "explain"),
+    "interpret": ("attnkit.interpret", None),
+    "layers": ("attnkit.layers", None),
+    "masks": ("attnkit.core.masks", None),
+    "mechanisms": ("attnkit.mechanisms", None),
+    "merge_attention": ("attnkit.core.merge", "merge_attention"),
+    "models": ("attnkit.models", None),
+    "scores": ("attnkit.core.scores", None),
+    "taxonomy": ("attnkit.taxonomy", None),
+}
+
+__all__ = sorted([*_LAZY, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module behind a public name on first access and cache the value here."""
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'attnkit' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # later lookups find it without calling __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _MechanismsBeforeLayers(importlib.abc.MetaPathFinder):
+    """TEMPORARY (issue 17 item 4): ``attnkit.mechanisms`` still imports ``attnkit.layers``
+    (``mechanisms/latent.py``) while ``attnkit.layers`` imports ``attnkit.mechanisms``, so
+    ``import attnkit.layers`` only works once ``attnkit.mechanisms`` is initialised. The eager
+    ``__init__`` did that by accident of its import order; now that it is lazy, this finder
+    initialises ``attnkit.mechanisms`` first. It finds nothing itself (returns ``None``).
+    Delete it once mechanisms no longer imports layers."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname == "attnkit.layers" and "attnkit.mechanisms" not in sys.modules:
+            importlib.import_module("attnkit.mechanisms")
+        return None
+
+
+if not any(isinstance(finder, _MechanismsBeforeLayers) for finder in sys.meta_path):
+    sys.meta_path.insert(0, _MechanismsBeforeLayers())
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, eagerly
+    from attnkit import (  # noqa: F401
+        data,
+        distributed,
+        efficient,
+        evaluate,
+        interpret,
+        layers,
+        mechanisms,
+        models,
+        taxonomy,
+    )
+    from attnkit.core import align, masks, scores  # noqa: F401
+    from attnkit.core.call import AttentionOutput  # noqa: F401
+    from attnkit.core.engine import attention, explain  # noqa: F401
+    from attnkit.core.general import GeneralAttention  # noqa: F401
+    from attnkit.core.hooks import AttentionHook, attention_hooks  # noqa: F401
+    from attnkit.core.merge import merge_attention  # noqa: F401
+    from attnkit.mechanisms.multi_head import MultiHeadAttention  # noqa: F401

@@ -1,4 +1,8 @@
-"""The ``attnkit`` command."""
+"""The ``attnkit`` command.
+
+Parsing imports nothing heavy: ``attnkit --help``, ``attnkit --version`` and ``attnkit COMMAND
+--help`` answer without importing PyTorch; each command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from attnkit import __version__
 
@@ -20,7 +23,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from attnkit.config import load_config
 
-    config = load_config(args.config, args.set)  # validated before the heavy imports
+    config = load_config(args.config, args.set)  # validated before torch is imported
     from attnkit.train import train
 
     run = train(
@@ -42,60 +45,21 @@ def _eval(args: argparse.Namespace) -> int:
 
     from attnkit.checkpoint import atomic_write
     from attnkit.config import load_config
-    from attnkit.evaluate.translation import evaluate_run
-    from attnkit.run import Run, load_examples
+    from attnkit.run import Run
 
     config = load_config(args.config, args.set) if args.config else None
     run = Run.open(args.run_dir, config)
     model, step = run.load_model(args.checkpoint)
-    if run.task is None:
-        examples = load_examples(run.config)
-    else:
-        from attnkit.tasks.trainer import evaluation_slice
-
-        examples = evaluation_slice(run.config, run.task.load())
+    examples = run.job.examples
     if args.split not in examples:
         raise ValueError(f"--split must be one of {', '.join(examples)}, got {args.split!r}")
-    if run.task is not None:
-        return _eval_classifier(args, run, model, step, examples[args.split])
-    results = evaluate_run(
-        model,
-        run.vocabularies,
-        examples[args.split],
-        run.config,
-        beam_size=args.beam,
-        quiet=args.quiet,
-    )
+    results = run.job.evaluate(model, examples[args.split], beam_size=args.beam, quiet=args.quiet)
     results["step"] = step
     atomic_write(run.path / f"eval-{args.split}.json", json.dumps(results, indent=1))
-    print(f"{run.path.name} step {step}, {args.split} split, {results['sentences']} sentences")
-    print(f"  BLEU        {results['bleu']:.2f}   (beam {results['beam_size']})")
-    print(f"  loss        {results['loss']:.4f}   (perplexity {results['perplexity']:.2f})")
-    if "aer" in results:
-        print(f"  AER         {results['aer']:.4f}")
-    return 0
-
-
-def _eval_classifier(
-    args: argparse.Namespace, run: Any, model: Any, step: int, examples: Sequence[Any]
-) -> int:
-    import json
-
-    from attnkit.checkpoint import atomic_write
-    from attnkit.tasks.trainer import evaluate_classifier
-
-    results = evaluate_classifier(model, run.task, examples, run.config.train.batch_size)
-    results["step"] = step
-    atomic_write(run.path / f"eval-{args.split}.json", json.dumps(results, indent=1))
-    uniform = results["uniform_attention"]
-    print(f"{run.path.name} step {step}, {args.split} split, {results['examples']} examples")
-    print(
-        f"  accuracy    {results['accuracy']:.4f}   (uniform attention {uniform['accuracy']:.4f})"
-    )
-    print(
-        f"  macro-F1    {results['macro_f1']:.4f}   (uniform attention {uniform['macro_f1']:.4f})"
-    )
-    print(f"  loss        {results['loss']:.4f}")
+    size, *lines = run.job.describe_results(results)
+    print(f"{run.path.name} step {step}, {args.split} split, {size}")
+    for line in lines:
+        print(line)
     return 0
 
 
@@ -104,13 +68,15 @@ def _translate(args: argparse.Namespace) -> int:
     from attnkit.evaluate.translation import translate
     from attnkit.report import Alignment, format_matrix
     from attnkit.run import Run
+    from attnkit.tasks.translation import TranslationJob
 
     run = Run.open(args.run_dir)
-    if not run.config.is_translation:
+    if not isinstance(run.job, TranslationJob):
         raise ValueError(
             f"{run.path}: a {run.config.data.corpus} run classifies; translate needs a "
             "translation run (use attnkit eval)"
         )
+    vocabularies = run.job.vocabularies
     model, _ = run.load_model()
     for sentence in args.sentences:
         source = tokenize(sentence, "en")
@@ -118,14 +84,14 @@ def _translate(args: argparse.Namespace) -> int:
             raise ValueError(f"nothing to translate in {sentence!r}")
         [(target, weights)] = translate(
             model,
-            run.vocabularies,
+            vocabularies,
             [source],
             beam_size=args.beam or run.config.decode.beam_size,
             max_length=run.config.decode.max_length,
         )
         print(detokenize(target, "fr"))
         if not args.no_attention:
-            known = [w if w in run.vocabularies.source else f"{w}(unk)" for w in source]
+            known = [w if w in vocabularies.source else f"{w}(unk)" for w in source]
             print(format_matrix(Alignment(known, [*target, "<eos>"], weights)))
     return 0
 
@@ -184,7 +150,7 @@ def _zoo(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from attnkit.interpret.explain import explain_run
+    from attnkit.run import explain_run
 
     path = explain_run(args.run_dir, args.input, output=args.output, beam_size=args.beam)
     print(f"attention viewer: {path}")
@@ -332,10 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # --help and --version end here, before torch
     from attnkit.checkpoint import CheckpointError
     from attnkit.distributed.process_group import PeerFailureError
 
-    args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except (CheckpointError, PeerFailureError) as error:

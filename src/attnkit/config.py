@@ -364,6 +364,8 @@ class RunConfig(_Section):
 
     @property
     def is_translation(self) -> bool:
+        """Whether the corpus is a translation corpus (a fact for scripts and tests; the
+        pipeline asks its :class:`~attnkit.tasks.job.Job` instead)."""
         return self.data.corpus in TRANSLATION_CORPORA
 
     @model_validator(mode="after")
@@ -468,6 +470,18 @@ def to_yaml(config: RunConfig) -> str:
 
 ARCHITECTURE_DATA_KEYS = ("corpus", "max_length", "max_pairs", "min_freq", "max_vocab")
 
+#: the data keys a run's learnt state and tensors depend on, per corpus: ``max_examples`` caps
+#: the training split a classification task learns its vocabulary from (a translation corpus
+#: has no such key; leaving it out keeps its checkpoints' fingerprints)
+CORPUS_ARCHITECTURE_DATA_KEYS: dict[str, tuple[str, ...]] = {
+    corpus: (
+        ARCHITECTURE_DATA_KEYS
+        if corpus in TRANSLATION_CORPORA
+        else (*ARCHITECTURE_DATA_KEYS, "max_examples")
+    )
+    for corpus in CORPUS_MODELS
+}
+
 
 def architecture(config: RunConfig) -> dict[str, Any]:
     """The keys a checkpoint's tensors depend on, flattened (``model.hidden_dim`` → 256)."""
@@ -479,12 +493,7 @@ def architecture(config: RunConfig) -> dict[str, Any]:
             del model[key]
     flat = {f"model.{k}": v for k, v in model.items()}
     data = config.data.model_dump(mode="json")
-    keys = (
-        ARCHITECTURE_DATA_KEYS
-        if config.is_translation
-        else (*ARCHITECTURE_DATA_KEYS, "max_examples")
-    )
-    flat.update({f"data.{k}": data[k] for k in keys})
+    flat.update({f"data.{k}": data[k] for k in CORPUS_ARCHITECTURE_DATA_KEYS[config.data.corpus]})
     return flat
 
 

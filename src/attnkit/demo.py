@@ -19,16 +19,18 @@ from importlib.resources import files
 from pathlib import Path
 
 import torch
+import yaml
 
 from attnkit.config import RunConfig, apply_overrides, validate
+from attnkit.data.tokenize import detokenize
+from attnkit.report import Alignment, format_matrix
+from attnkit.train import train
 
 Log = Callable[[str], None]
 
 
 def demo_config(overrides: Sequence[str] = ()) -> RunConfig:
     """The embedded default configuration, with ``key.path=value`` overrides."""
-    import yaml
-
     raw = yaml.safe_load(files("attnkit").joinpath("demo.yaml").read_text(encoding="utf-8"))
     return validate(apply_overrides(raw, overrides, "demo.yaml"), "demo.yaml")
 
@@ -41,10 +43,6 @@ def run(
     log: Log = print,
 ) -> int:
     """Train, evaluate, show the alignments; the last line printed names the report."""
-    from attnkit.data.tokenize import detokenize
-    from attnkit.report import Alignment, format_matrix
-    from attnkit.train import train
-
     config = demo_config(overrides)
     log(
         f"attnkit demo: {config.model.style} attention, English→French on Tatoeba "  # type: ignore[union-attr]

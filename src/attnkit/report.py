@@ -19,6 +19,8 @@ from typing import Any
 from torch import Tensor
 
 from attnkit.checkpoint import atomic_write
+from attnkit.config import RunConfig
+from attnkit.interpret.plots import _new_figure, plot_alignment
 
 
 @dataclass
@@ -28,6 +30,25 @@ class Alignment:
     source: list[str]
     target: list[str]
     weights: Tensor
+
+
+def describe_model(config: RunConfig) -> str:
+    """The model of ``config`` in a few words, for reports and the attention viewer
+    (``"bahdanau GRU encoder-decoder, additive score, global alignment"``)."""
+    m = config.model
+    if m.kind == "rnn":
+        return f"{m.style} GRU encoder-decoder, {m.score} score, {m.align} alignment"
+    if m.kind == "transformer":
+        kinds = ""
+        if (m.attention, m.decoder_attention) != ("exact", "exact"):
+            kinds = f", {m.attention} encoder / {m.decoder_attention} decoder self-attention"
+        return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads{kinds}"
+    # the section's docstring names the model; its variant key (if any) says which one
+    name = (type(m).__doc__ or m.kind).strip().splitlines()[0].rstrip(".")
+    variant = getattr(m, "attention", None) or getattr(m, "style", None)
+    if m.kind == "vit":  # its attention key is the kind of attention, exact unless chosen
+        variant = None if m.attention == "exact" else f"{m.attention} attention"
+    return f"{name} [{variant}]" if variant else name
 
 
 def format_matrix(alignment: Alignment, digits: int = 2) -> str:
@@ -55,8 +76,6 @@ def save_heatmaps(alignments: Sequence[Alignment], directory: str | Path) -> lis
     """One PNG per alignment (``NN-<source words>.png``) in ``directory``."""
     import matplotlib.pyplot as plt
 
-    from attnkit.interpret.plots import plot_alignment
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -73,8 +92,6 @@ def save_heatmaps(alignments: Sequence[Alignment], directory: str | Path) -> lis
 
 def _loss_curve_png(metrics: Sequence[Mapping[str, Any]]) -> bytes | None:
     import matplotlib.pyplot as plt
-
-    from attnkit.interpret.plots import _new_figure
 
     train = [(m["step"], m["loss"]) for m in metrics if m.get("split") == "train"]
     valid = [(m["step"], m["loss"]) for m in metrics if m.get("split") == "valid"]

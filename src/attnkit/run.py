@@ -1,4 +1,5 @@
-"""A training run's directory: its configuration, vocabularies, model, checkpoints and metrics.
+"""A training run's directory: its configuration, what it learnt from its data, model,
+checkpoints and metrics.
 
     runs/<name>-<timestamp>/
         config.yaml        the resolved configuration (defaults filled in)
@@ -7,25 +8,24 @@
         links.pharaoh      supervised attention: the aligner's links for the training pairs
         metrics.jsonl      one line per step ({"step", "loss", "nll", "lr", ...}) and per evaluation
         checkpoints/       step-XXXXXXXX.safetensors + .json (see attnkit.checkpoint)
-        results.json       final evaluation (BLEU, AER, ...)
+        results.json       final evaluation (BLEU, AER, accuracy, ...)
         report.html        the run's report; heatmaps/ its alignment matrices as PNG
 
 :class:`Run` opens one (refusing a configuration of another architecture before anything is
-loaded), builds its model and loads its checkpoints; :func:`load_examples` and
-:func:`build_model` turn a translation configuration into data and a model (a classification
-task's come from its :class:`attnkit.tasks.Task`).
+loaded), restores its job (:func:`attnkit.tasks.job_for`: what the run learnt, in the job's
+:attr:`~attnkit.tasks.job.Job.state_file`), builds its model and loads its checkpoints.
+:func:`explain_run` writes the attention viewer page of a translation run.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from torch import nn
 
 from attnkit.checkpoint import CheckpointError, atomic_write, latest_checkpoint, read_checkpoint
@@ -37,130 +37,48 @@ from attnkit.config import (
     to_yaml,
     validate,
 )
-from attnkit.data.corpus import Example
-from attnkit.data.vocabulary import Vocabulary
+from attnkit.data.corpus import Vocabularies
+from attnkit.data.tokenize import detokenize, tokenize
+from attnkit.interpret.explain import explain, slug
+from attnkit.interpret.viewer import write_viewer
+from attnkit.report import describe_model
+from attnkit.tasks import Job, Task, job_for
+from attnkit.tasks.translation import TranslationJob, build_model, load_examples
 
-
-def load_examples(config: RunConfig) -> dict[str, list[Example]]:
-    """The corpus of ``config.data``, split into "train", "valid" and "test"."""
-    data = config.data
-    if data.corpus == "tatoeba":
-        from attnkit.data.tatoeba import load_tatoeba
-
-        return load_tatoeba(max_length=data.max_length, max_pairs=data.max_pairs)
-    from attnkit.data.hansards import load_hansards, missing_files
-
-    root = Path(data.root or "")
-    if not root.is_dir():
-        raise ConfigError(f"data.root: no such directory {str(root)!r}")
-    missing = missing_files(root)
-    if missing:  # a configuration error, found before any file is read
-        raise ConfigError(
-            f"data.root: {str(root)!r} is not the hansards-en-fr directory (missing "
-            f"{', '.join(str(root / name) for name in missing)})"
-        )
-    return load_hansards(root, max_length=data.max_length, max_pairs=data.max_pairs)
-
-
-@dataclass
-class Vocabularies:
-    source: Vocabulary
-    target: Vocabulary
-
-    @classmethod
-    def build(cls, examples: Sequence[Example], config: RunConfig) -> Vocabularies:
-        d = config.data
-        return cls(
-            Vocabulary.build((e.source for e in examples), d.min_freq, d.max_vocab),
-            Vocabulary.build((e.target for e in examples), d.min_freq, d.max_vocab),
-        )
-
-    def to_json(self) -> str:
-        return json.dumps({"source": self.source.to_dict(), "target": self.target.to_dict()})
-
-    @classmethod
-    def read(cls, path: Path) -> Vocabularies:
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            return cls(Vocabulary.from_dict(raw["source"]), Vocabulary.from_dict(raw["target"]))
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise CheckpointError(f"{path}: unreadable vocabulary ({error})") from None
-
-
-def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
-    """The model of ``config.model`` for these vocabularies (initialised from the global RNG)."""
-    m = config.model
-    sizes = (len(vocabularies.source), len(vocabularies.target))
-    if m.kind == "rnn":
-        from attnkit.models import RNNSeq2Seq
-
-        return RNNSeq2Seq(
-            *sizes,
-            style=m.style,
-            score=m.score,
-            align=m.align,
-            embed_dim=m.embed_dim,
-            hidden_dim=m.hidden_dim,
-            num_layers=m.num_layers,
-            dropout=m.dropout,
-            window=m.window,
-            input_feeding=m.input_feeding,
-            max_source_length=m.max_source_length,
-        )
-    from attnkit.models import TransformerSeq2Seq
-
-    return TransformerSeq2Seq(
-        *sizes,
-        d_model=m.d_model,
-        nhead=m.nhead,
-        num_layers=m.num_layers,
-        dim_feedforward=m.dim_feedforward,
-        dropout=m.dropout,
-        max_length=m.max_length,
-        attention=m.attention,
-        decoder_attention=m.decoder_attention,
-    )
-
-
-def describe_model(config: RunConfig) -> str:
-    m = config.model
-    if m.kind == "rnn":
-        return f"{m.style} GRU encoder-decoder, {m.score} score, {m.align} alignment"
-    if m.kind == "transformer":
-        kinds = ""
-        if (m.attention, m.decoder_attention) != ("exact", "exact"):
-            kinds = f", {m.attention} encoder / {m.decoder_attention} decoder self-attention"
-        return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads{kinds}"
-    # the section's docstring names the model; its variant key (if any) says which one
-    name = (type(m).__doc__ or m.kind).strip().splitlines()[0].rstrip(".")
-    variant = getattr(m, "attention", None) or getattr(m, "style", None)
-    if m.kind == "vit":  # its attention key is the kind of attention, exact unless chosen
-        variant = None if m.attention == "exact" else f"{m.attention} attention"
-    return f"{name} [{variant}]" if variant else name
+# names this module had before translation became a task (attnkit.tasks.translation)
+__all__ = [
+    "Run",
+    "Vocabularies",
+    "build_model",
+    "describe_model",
+    "explain_run",
+    "load_examples",
+    "read_metrics",
+    "truncate_metrics",
+]
 
 
 class Run:
-    """A run directory: its configuration, what it learnt from its data, model and checkpoints.
+    """A run directory: its configuration, its job (with what it learnt from the training
+    split), model and checkpoints."""
 
-    A translation run has ``vocabularies``; a classification run has ``task`` (its
-    :class:`attnkit.tasks.Task`, restored from ``task.json``)."""
-
-    def __init__(
-        self,
-        path: Path,
-        config: RunConfig,
-        vocabularies: Vocabularies | None = None,
-        task: Any = None,
-    ) -> None:
-        self.path, self.config, self._vocabularies, self.task = path, config, vocabularies, task
+    def __init__(self, path: Path, config: RunConfig, job: Job) -> None:
+        self.path, self.config, self.job = path, config, job
 
     @property
     def vocabularies(self) -> Vocabularies:
-        if self._vocabularies is None:
+        """A translation run's source and target vocabularies."""
+        if not isinstance(self.job, TranslationJob):
             raise CheckpointError(
                 f"{self.path}: a {self.config.data.corpus} run has no translation vocabularies"
             )
-        return self._vocabularies
+        return self.job.vocabularies
+
+    @property
+    def task(self) -> Task | None:
+        """A classification run's :class:`~attnkit.tasks.Task` (``None`` for translation)."""
+        task = getattr(self.job, "task", None)
+        return task if isinstance(task, Task) else None
 
     @property
     def checkpoints(self) -> Path:
@@ -174,13 +92,16 @@ class Run:
     def create(
         cls,
         config: RunConfig,
-        learnt: Vocabularies | dict[str, Any],
+        learnt: dict[str, Any],
         runs_dir: str | Path = "runs",
         path: str | Path | None = None,
+        *,
+        job: Job | None = None,
     ) -> Run:
-        """A new run directory with the resolved configuration and what was learnt from the
-        training split: translation vocabularies, or a task's :meth:`~attnkit.tasks.Task.fit`
-        state (a JSON-able dict)."""
+        """A new run directory with the resolved configuration and what the job learnt from
+        the training split (:meth:`~attnkit.tasks.job.Job.learnt`: a JSON-able dict), opened
+        with ``job`` (default: a new one of ``config``)."""
+        job = job or job_for(config)
         if path is None:
             stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
             path = Path(runs_dir) / f"{config.name}-{stamp}"
@@ -189,17 +110,15 @@ class Run:
             raise ConfigError(f"run directory {str(path)!r} exists and is not empty (use --resume)")
         path.mkdir(parents=True, exist_ok=True)
         atomic_write(path / "config.yaml", to_yaml(config))
-        if isinstance(learnt, Vocabularies):
-            atomic_write(path / "vocab.json", learnt.to_json())
-        else:
-            atomic_write(path / "task.json", json.dumps(learnt))
-        return cls.open(path)
+        atomic_write(path / job.state_file, json.dumps(learnt))
+        return cls.open(path, job=job)
 
     @classmethod
-    def open(cls, path: str | Path, config: RunConfig | None = None) -> Run:
-        """Open an existing run; with ``config``, refuse it if the architecture differs."""
-        import yaml
-
+    def open(
+        cls, path: str | Path, config: RunConfig | None = None, *, job: Job | None = None
+    ) -> Run:
+        """Open an existing run; with ``config``, refuse it if the architecture differs. The
+        run's state is restored into ``job`` (default: a new job of the configuration)."""
         path = Path(path)
         config_path = path / "config.yaml"
         if not config_path.is_file():
@@ -217,18 +136,16 @@ class Run:
                     + "; ".join(differences)
                 )
         config = config or saved
-        if config.is_translation:
-            return cls(path, config, Vocabularies.read(path / "vocab.json"))
-        from attnkit.tasks import task_for
-
-        task = task_for(config)
-        task.restore(_read_json(path / "task.json"))
-        return cls(path, config, task=task)
+        job = job or job_for(config)
+        state_path = path / job.state_file
+        try:
+            job.restore(_read_json(state_path))
+        except ValueError as error:
+            raise CheckpointError(f"{state_path}: not this run's state ({error})") from None
+        return cls(path, config, job)
 
     def _build(self) -> nn.Module:
-        if self.task is not None:
-            return self.task.build_model()
-        return build_model(self.config, self.vocabularies)
+        return self.job.build_model()
 
     def new_model(self) -> nn.Module:
         torch.manual_seed(self.config.seed)
@@ -249,9 +166,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise CheckpointError(f"{path}: unreadable task state ({error})") from None
+        raise CheckpointError(f"{path}: unreadable run state ({error})") from None
     if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: task state must be a JSON object")
+        raise CheckpointError(f"{path}: the run state must be a JSON object")
     return state
 
 
@@ -272,3 +189,80 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def explain_run(
+    run_dir: str | Path,
+    sentence: str,
+    *,
+    output: str | Path | None = None,
+    beam_size: int | None = None,
+) -> Path:
+    """Translate ``sentence`` (English) with the run's newest checkpoint and write the attention
+    viewer page for it (:func:`attnkit.interpret.explain.explain`, ``attnkit explain``).
+
+    Args:
+        run_dir: a translation run directory written by :func:`attnkit.train.train`.
+        sentence: the English input, e.g. ``"I love you."``.
+        output: where to write the page; default ``RUN_DIR/explain-<slug of the input>.html``.
+        beam_size: beam width of the search; ``None``: the run's ``decode.beam_size``.
+
+    Returns:
+        the path of the HTML page (written atomically).
+
+    Raises:
+        ValueError: an input with no tokens, or a bad ``beam_size``.
+        TypeError: an input that is not a str.
+        attnkit.checkpoint.CheckpointError: ``run_dir`` is not a translation run or has no
+            checkpoint.
+
+    Example::
+
+        >>> explain_run("runs/tiny-20261122-101500", "I love you.")
+        PosixPath('runs/tiny-20261122-101500/explain-i-love-you.html')
+    """
+    if not isinstance(sentence, str):
+        raise TypeError(f"the input must be a str, got {type(sentence).__name__}")
+    source = tokenize(sentence, "en")
+    if not source:
+        raise ValueError(f"the input must contain at least one word, got {sentence!r}")
+    if beam_size is not None and (
+        isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1
+    ):
+        raise ValueError(f"beam_size must be a positive int or None, got {beam_size!r}")
+    run = Run.open(run_dir)
+    vocabularies = run.vocabularies
+    model, step = run.load_model()
+    config = run.config
+    beam = config.decode.beam_size if beam_size is None else beam_size
+    explanation = explain(
+        model,
+        vocabularies.source,
+        vocabularies.target,
+        source,
+        beam_size=beam,
+        max_length=config.decode.max_length,
+    )
+    translation = detokenize(explanation.translation, "fr")
+    title = f"{run.path.name}: \u201c{sentence.strip()}\u201d \u2192 \u201c{translation}\u201d"
+    notes = [
+        f"model: {describe_model(config)}",
+        f"checkpoint: step {step}; search: {'greedy' if beam == 1 else f'beam {beam}'}",
+    ]
+    # the viewer labels an unknown word "word(unk)": the labels that differ from the input
+    unknown = [
+        shown for shown, token in zip(explanation.source, source, strict=True) if shown != token
+    ]
+    if unknown:
+        notes.append(f"not in the source vocabulary (read as <unk>): {', '.join(unknown)}")
+    if not explanation.ended:
+        notes.append(
+            f"the search stopped at decode.max_length={config.decode.max_length} tokens "
+            "before emitting <eos>"
+        )
+    notes.append(
+        "cross-attention: rows are the target words emitted, columns the source words; "
+        "decoder self-attention: rows and columns are the decoder's inputs (<bos> y1 … yn)"
+    )
+    path = Path(output) if output is not None else run.path / f"explain-{slug(sentence)}.html"
+    return write_viewer(path, explanation.maps, title=title, notes="\n".join(notes))

@@ -1,14 +1,14 @@
-"""Training: the loop, the objective, checkpoints and exact resume, the final evaluation and report.
+"""Training: the one loop of every task, checkpoints and exact resume, the final evaluation and
+report.
 
-A run writes a directory (see :mod:`attnkit.run`).
+A run writes a directory (see :mod:`attnkit.run`). What is trained — data, model, objective,
+evaluation — is the configuration's :class:`~attnkit.tasks.job.Job` (:func:`attnkit.tasks.job_for`:
+translation, or a classification task); this module is the same for all of them.
 Everything that decides the numbers is a function of the seed and the step: initialisation under
 ``torch.manual_seed(seed)``, the batch of step ``t`` from ``Batches.batch(t)``, dropout from the
 global generator whose state every checkpoint saves. So ``--resume`` continues bit-exactly, and two
 runs with one seed give identical metrics (both tested).
 
-The objective is the token-level cross-entropy of the reference; with supervised attention
-(survey §4.2, Liu et al. 2016; Mi et al. 2016) the joint loss adds
-``λ · L_attention(attention weights, alignment targets)``.
 """
 
 from __future__ import annotations
@@ -17,34 +17,21 @@ import contextlib
 import json
 import math
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 from tqdm import tqdm
 
 from attnkit.checkpoint import atomic_write, latest_checkpoint, read_checkpoint, save_checkpoint
 from attnkit.config import RunConfig, architecture, differing_keys
-from attnkit.data.batching import Batch, Batches, encode
-from attnkit.data.corpus import Example
-from attnkit.data.tokenize import tokenize
 from attnkit.data_parallel import DEFAULT_TIMEOUT, DataParallel
-from attnkit.evaluate.supervised import supervised_attention_loss
-from attnkit.evaluate.translation import corpus_loss, evaluate_run, translate
-from attnkit.run import (
-    Run,
-    Vocabularies,
-    describe_model,
-    load_examples,
-    read_metrics,
-    truncate_metrics,
-)
-
-Log = Callable[[str], None]
+from attnkit.report import describe_model, write_report
+from attnkit.run import Run, read_metrics, truncate_metrics
+from attnkit.tasks import job_for
+from attnkit.tasks.job import Log
 
 
 def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
@@ -64,79 +51,6 @@ def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
         return 1.0
 
     return factor
-
-
-def _alignment_targets(
-    config: RunConfig, run: Run, train: list[Example], log: Log
-) -> list[Example]:
-    """Training examples with ``links`` from the configured aligner (cached in the run)."""
-    from attnkit.data.ibm_model1 import IBMModel1
-
-    cache = run.path / "links.pharaoh"
-    if cache.is_file():
-        lines = cache.read_text(encoding="utf-8").splitlines()
-        if len(lines) == len(train):
-            return [_with_links(e, line) for e, line in zip(train, lines, strict=True)]
-    start = time.perf_counter()
-    aligner = IBMModel1().fit(
-        [(e.source, e.target) for e in train], iterations=config.data.aligner_iterations
-    )
-    linked = [_with_links(e, aligner.align(e.source, e.target)) for e in train]
-    lines = [" ".join(f"{s}-{t}" for s, t in sorted(e.links or ())) for e in linked]
-    atomic_write(cache, "\n".join(lines) + "\n")
-    log(f"IBM Model 1 alignments of {len(train)} pairs in {time.perf_counter() - start:.0f} s")
-    return linked
-
-
-def _with_links(example: Example, links: Any) -> Example:
-    from dataclasses import replace
-
-    if isinstance(links, str):
-        links = frozenset(
-            (int(s), int(t)) for s, _, t in (tok.partition("-") for tok in links.split())
-        )
-    return replace(example, links=frozenset(links))
-
-
-def batch_loss(
-    model: nn.Module, batch: Batch, config: RunConfig, parallel: DataParallel | None = None
-) -> tuple[Tensor, dict[str, float]]:
-    """The training objective of one batch and its parts.
-
-    Token-level cross-entropy averaged over the batch's target tokens; under data parallelism
-    ``batch`` is this rank's share and the average is over the *global* batch's tokens (times the
-    world size, which DDP's gradient averaging divides out), so the gradient equals the single
-    process one. The parts are the global batch's values on every rank."""
-    parallel = parallel or DataParallel()
-    out = model(batch.source, batch.source_lengths, batch.target_in)
-    tokens = parallel.total((batch.target_out != 0).sum())
-    nll_sum = F.cross_entropy(
-        out.logits.flatten(0, 1),
-        batch.target_out.flatten(),
-        ignore_index=0,
-        label_smoothing=config.train.label_smoothing,
-        reduction="sum",
-    )
-    nll = nll_sum * (parallel.world / tokens.clamp_min(1))
-    loss = nll
-    parts = {"nll": nll}
-    weight = config.train.supervised_weight
-    if weight > 0 and batch.alignment is not None:
-        rows = (batch.alignment.sum(-1) > 0).sum()
-        all_rows = parallel.total(rows)
-        if all_rows > 0:
-            attention_loss = (
-                supervised_attention_loss(
-                    out.weights, batch.alignment, config.train.supervised_kind
-                )
-                if rows > 0
-                else out.weights.sum() * 0.0  # this rank has no gold row: no contribution
-            ) * (rows * parallel.world / all_rows)
-            loss = loss + weight * attention_loss
-            parts["attention_loss"] = attention_loss
-    parts["loss"] = loss
-    values = parallel.total(torch.stack([v.detach() for v in parts.values()])) / parallel.world
-    return loss, dict(zip(parts, values.tolist(), strict=True))
 
 
 def train(
@@ -170,88 +84,6 @@ def train(
         parallel.close()
 
 
-class Job(ABC):
-    """What the training loop needs from one kind of run: translation here, a classification
-    task in :mod:`attnkit.tasks.trainer`. Constructed with the configuration; ``examples`` holds
-    the loaded ``"train"``, ``"valid"`` and ``"test"`` splits."""
-
-    def __init__(self, config: RunConfig, examples: Mapping[str, Sequence[Any]]) -> None:
-        self.config, self.examples = config, examples
-
-    @abstractmethod
-    def learnt(self) -> Any:
-        """What the run directory keeps from the training split (see :meth:`Run.create`)."""
-
-    @abstractmethod
-    def prepare(self, run: Run, parallel: DataParallel, log: Log) -> int:
-        """Get the batches ready once the run is open; returns the batches per epoch."""
-
-    @abstractmethod
-    def batch(self, step: int, parallel: DataParallel) -> Any:
-        """This rank's share of the global batch of ``step``."""
-
-    @abstractmethod
-    def loss(
-        self, model: nn.Module, batch: Any, parallel: DataParallel
-    ) -> tuple[Tensor, dict[str, float]]:
-        """The objective of one batch (averaged over the global batch) and its parts."""
-
-    @abstractmethod
-    def valid(self, model: nn.Module) -> dict[str, float]:
-        """Validation metrics (``"loss"`` first) of the model in eval mode."""
-
-    @abstractmethod
-    def finish(self, run: Run, model: nn.Module, log: Log, quiet: bool) -> dict[str, Any]:
-        """The final evaluation, ``results.json`` and the report."""
-
-
-class TranslationJob(Job):
-    """Sequence-to-sequence training on a parallel corpus (Tatoeba, Hansards)."""
-
-    def learnt(self) -> Vocabularies:
-        return Vocabularies.build(self.examples["train"], self.config)
-
-    def prepare(self, run: Run, parallel: DataParallel, log: Log) -> int:
-        config, train_examples = self.config, self.examples["train"]
-        if config.data.supervision is not None:
-            if parallel.is_main:
-                train_examples = _alignment_targets(config, run, train_examples, log)
-            parallel.total(torch.zeros(1))  # a barrier: rank 0 has written links.pharaoh
-            if not parallel.is_main:
-                train_examples = _alignment_targets(config, run, train_examples, log)
-        vocab = run.vocabularies
-        self.batches = Batches(
-            encode(train_examples, vocab.source, vocab.target),
-            config.train.batch_size,
-            seed=config.seed,
-        )
-        self.encoded_valid = encode(self.examples["valid"], vocab.source, vocab.target)
-        return len(self.batches)
-
-    def batch(self, step: int, parallel: DataParallel) -> Batch:
-        return parallel.shard(self.batches.batch(step))
-
-    def loss(
-        self, model: nn.Module, batch: Batch, parallel: DataParallel
-    ) -> tuple[Tensor, dict[str, float]]:
-        return batch_loss(model, batch, self.config, parallel)
-
-    def valid(self, model: nn.Module) -> dict[str, float]:
-        return corpus_loss(model, self.encoded_valid, self.config)
-
-    def finish(self, run: Run, model: nn.Module, log: Log, quiet: bool) -> dict[str, Any]:
-        return finish(run, model, self.examples, log=log, quiet=quiet)
-
-
-def make_job(config: RunConfig) -> Job:
-    """The job of ``config``: translation, or the classification task of its corpus."""
-    if config.is_translation:
-        return TranslationJob(config, load_examples(config))
-    from attnkit.tasks.trainer import ClassificationJob
-
-    return ClassificationJob(config)
-
-
 def _train(
     config: RunConfig,
     parallel: DataParallel,
@@ -266,10 +98,10 @@ def _train(
     quiet = quiet or not main
     if not main:
         log = _silent
-    job = make_job(config)
+    job = job_for(config)
     checkpoint = None
     if resume is not None:
-        run = Run.open(resume, config)
+        run = Run.open(resume, config, job=job)
         saved = Run.open(resume).config
         others = differing_keys(saved.model_dump(mode="json"), config.model_dump(mode="json"))
         if others:
@@ -281,8 +113,9 @@ def _train(
     else:
         path = ""
         if main:
-            path = str(Run.create(config, job.learnt(), runs_dir, run_dir).path)
-        run = Run.open(parallel.share_text(path))  # the others wait for rank 0's directory
+            path = str(Run.create(config, job.learnt(), runs_dir, run_dir, job=job).path)
+        # the others wait for rank 0's directory; every rank takes the state it wrote
+        run = Run.open(parallel.share_text(path), job=job)
     epoch_size = job.prepare(run, parallel, log)
 
     model = run.new_model().to(parallel.device)  # cuda:LOCAL_RANK under NCCL, else the CPU
@@ -366,7 +199,7 @@ def _train(
                 )
     progress.close()
     if step == t.steps and main:
-        job.finish(run, parallel.on_cpu(model).eval(), log, quiet)
+        finish(run, parallel.on_cpu(model).eval(), log=log, quiet=quiet)
     return run
 
 
@@ -374,80 +207,34 @@ def _silent(_: str) -> None:
     pass
 
 
-# Sentences each report translates; "I love you." is the seeds' running example (seed 000 Fig. 1).
-SHOWCASE = ["I love you.", "I am cold.", "He is my brother.", "Where is the station?"]
-
-
-def showcase(config: RunConfig, examples: Mapping[str, Sequence[Example]]) -> list[list[str]]:
-    """Tokenised source sentences for the report: the seeds' examples on Tatoeba, the first test
-    sentences elsewhere."""
-    if config.data.corpus == "tatoeba":
-        return [tokenize(s, "en") for s in SHOWCASE]
-    return [list(e.source) for e in examples["test"][:4]]
-
-
-def finish(
-    run: Run,
-    model: nn.Module,
-    examples: Mapping[str, Sequence[Example]],
-    *,
-    log: Log = print,
-    quiet: bool = False,
-) -> dict[str, Any]:
-    """Final evaluation on the test split, ``results.json``, and the report (HTML + PNGs)."""
-    from attnkit.report import Alignment, save_heatmaps, write_report
-
-    config = run.config
+def finish(run: Run, model: nn.Module, *, log: Log = print, quiet: bool = False) -> dict[str, Any]:
+    """The final evaluation of every run: the job's metrics on the test split with the time they
+    took and the training time, what the job presents (translations and their alignments, or
+    predicted classes and attention maps), ``results.json``, and the report (HTML + PNGs)."""
+    config, job = run.config, run.job
     started = time.perf_counter()
-    results = evaluate_run(model, run.vocabularies, examples["test"], config, quiet=quiet)
+    results = job.evaluate(model, job.examples["test"], quiet=quiet)
     results["eval_seconds"] = round(time.perf_counter() - started, 1)
     train_seconds = sum(m.get("seconds", 0.0) for m in read_metrics(run.path))
     results["train_seconds"] = round(train_seconds, 1)
-    alignments = [
-        Alignment(source, target, weights)
-        for source, (target, weights) in zip(
-            showcase(config, examples),
-            translate(
-                model,
-                run.vocabularies,
-                showcase(config, examples),
-                beam_size=config.decode.beam_size,
-                max_length=config.decode.max_length,
-            ),
-            strict=True,
-        )
-    ]
-    for a in alignments:  # the report shows words only: the end-of-sentence row is dropped
-        if a.target:
-            a.weights = a.weights[: len(a.target)]
-        else:  # nothing but the end of the sentence was produced: show that row
-            a.target = ["<eos>"]
-    results["showcase"] = [
-        {"source": a.source, "target": a.target, "weights": a.weights.tolist()} for a in alignments
-    ]
+    shown = job.present(model, run.path / "heatmaps")
+    results.update(shown.results)
     atomic_write(run.path / "results.json", json.dumps(results, indent=1))
-    images = save_heatmaps(alignments, run.path / "heatmaps")
     summary = {
         "run": str(run.path),
         "model": describe_model(config),
-        "data": f"{config.data.corpus}: {len(examples['train'])} training pairs",
+        "data": f"{config.data.corpus}: {len(job.examples['train'])} training {job.example_noun}",
         "steps": config.train.steps,
         "training time": f"{train_seconds:.0f} s",
-        "test sentences": results["sentences"],
-        "test BLEU": f"{results['bleu']:.2f}",
+        **job.summary(results),
     }
-    if "aer" in results:
-        summary["test AER"] = f"{results['aer']:.3f}"
     write_report(
         run.path / "report.html",
         title=f"attnkit run {run.path.name}",
         summary=summary,
-        alignments=alignments,
+        alignments=shown.alignments,
         metrics=read_metrics(run.path),
-        images=images,
+        images=shown.images,
     )
-    message = f"test BLEU {results['bleu']:.2f} on {results['sentences']} sentences"
-    if "aer" in results:
-        message += f", AER {results['aer']:.3f}"
-    log(message)
+    log(job.headline(results))
     return results

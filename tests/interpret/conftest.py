@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-import attnkit.train
+import attnkit.tasks.translation
 from attnkit.config import validate
 from attnkit.data.tokenize import tokenize
 from attnkit.mechanisms.multi_head import MultiHeadAttention
@@ -45,7 +45,7 @@ TRANSFORMER_MODULES = {
 def runs(tmp_path_factory) -> dict[str, Path]:
     """One tiny trained run per model kind of :data:`MODELS`: ``{kind: run directory}``."""
     loaded = {}
-    original = attnkit.train.load_examples
+    original = attnkit.tasks.translation.load_examples
 
     def load_once(config):  # the runs read the same 200 pairs: tokenise them once
         key = config.data.model_dump_json()
@@ -55,7 +55,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
     directories = {}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(attnkit.train, "load_examples", load_once)
+        patch.setattr(attnkit.tasks.translation, "load_examples", load_once)
         for kind, model in MODELS.items():
             raw = {
                 "name": f"tiny-{kind}",

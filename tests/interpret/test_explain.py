@@ -12,8 +12,8 @@ import torch
 import attnkit.run
 from attnkit.checkpoint import CheckpointError
 from attnkit.data.tokenize import detokenize, tokenize
-from attnkit.interpret.explain import explain_run, slug
-from attnkit.run import Run
+from attnkit.interpret.explain import slug
+from attnkit.run import Run, explain_run
 
 SENTENCE = "I love you, Zorblax."  # "zorblax" is in no vocabulary: an unknown word
 BOS, EOS = 2, 3

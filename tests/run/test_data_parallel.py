@@ -189,10 +189,10 @@ if "AK_TEST_WRITES" in os.environ:
     sys.addaudithook(watch)
 
 if "AK_TEST_FAIL" in os.environ:
-    import attnkit.train
+    import attnkit.tasks.translation
 
     how, step = os.environ["AK_TEST_FAIL"].split(":")
-    original, calls = attnkit.train.TranslationJob.loss, []
+    original, calls = attnkit.tasks.translation.TranslationJob.loss, []
 
     def loss(self, model, batch, parallel):
         out = original(self, model, batch, parallel)
@@ -203,7 +203,7 @@ if "AK_TEST_FAIL" in os.environ:
             time.sleep(120)  # alive, silent; torchrun ends it once rank 0 has failed
         return out
 
-    attnkit.train.TranslationJob.loss = loss
+    attnkit.tasks.translation.TranslationJob.loss = loss
 
 from attnkit.cli import main
 

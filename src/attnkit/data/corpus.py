@@ -1,8 +1,13 @@
-"""One sentence pair of a parallel corpus, with optional word-alignment links."""
+"""One sentence pair of a parallel corpus, with optional word-alignment links, and the pair of
+vocabularies (source, target) a translation model is built for."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from attnkit.data.vocabulary import Vocabulary
 
 Links = frozenset[tuple[int, int]]
 
@@ -56,3 +61,43 @@ class Example:
                 f"Example.possible must include every sure link; missing "
                 f"{sorted(self.sure - self.possible)}"
             )
+
+
+@dataclass
+class Vocabularies:
+    """The source and target vocabularies of a parallel corpus.
+
+    Example::
+
+        >>> vocabularies = Vocabularies.build(examples, min_freq=2)
+        >>> Vocabularies.from_dict(vocabularies.to_dict()) == vocabularies
+        True
+    """
+
+    source: Vocabulary
+    target: Vocabulary
+
+    @classmethod
+    def build(
+        cls, examples: Sequence[Example], min_freq: int = 1, max_vocab: int | None = None
+    ) -> Vocabularies:
+        """Both vocabularies from the examples' sides (see :meth:`Vocabulary.build`)."""
+        return cls(
+            Vocabulary.build((list(e.source) for e in examples), min_freq, max_vocab),
+            Vocabulary.build((list(e.target) for e in examples), min_freq, max_vocab),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"source": ..., "target": ...}``, JSON-able."""
+        return {"source": self.source.to_dict(), "target": self.target.to_dict()}
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any]) -> Vocabularies:
+        """The inverse of :meth:`to_dict`; ``ValueError`` naming what is missing or wrong."""
+        if not isinstance(state, Mapping) or not {"source", "target"} <= set(state):
+            given = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+            raise ValueError(f"expected the keys ['source', 'target'], got {given}")
+        try:
+            return cls(Vocabulary.from_dict(state["source"]), Vocabulary.from_dict(state["target"]))
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"not a vocabulary ({error})") from None

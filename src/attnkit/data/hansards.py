@@ -42,8 +42,8 @@ import unicodedata
 from pathlib import Path
 
 from attnkit.data.corpus import Example
+from attnkit.data.pharaoh import parse_pharaoh
 from attnkit.data.tokenize import tokenize
-from attnkit.evaluate.alignment import parse_pharaoh
 
 VALID_SENTENCES = 100  # gold lines 1–100 are "valid", 101–447 "test"
 # what a hansards-en-fr directory must hold, relative to it

@@ -18,31 +18,19 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor
 
+from attnkit.data.pharaoh import parse_pharaoh
+
+__all__ = [
+    "alignment_counts",
+    "alignment_error_rate",
+    "as_links",
+    "corpus_alignment_error_rate",
+    "links_from_weights",
+    "parse_pharaoh",  # lives in attnkit.data.pharaoh (the data layer reads the gold with it)
+]
+
 Links = set[tuple[int, int]]
 LinkInput = str | Tensor | Iterable[tuple[int, int]]
-
-
-def parse_pharaoh(line: str) -> tuple[Links, Links]:
-    """``(sure, possible)`` links of one Pharaoh line: ``i-j`` sure, ``i?j`` or ``ipj``
-    possible-only. ``possible`` includes the sure links (``S ⊆ P``)."""
-    sure: Links = set()
-    possible: Links = set()
-    for token in line.split():
-        sep = next((c for c in "-?p" if c in token), None)
-        if sep is None:
-            raise ValueError(f"not a Pharaoh link (i-j, i?j or ipj): {token!r} in {line!r}")
-        left, _, right = token.partition(sep)
-        is_sure = sep == "-"
-        try:
-            link = (int(left), int(right))
-        except ValueError:
-            raise ValueError(
-                f"not a Pharaoh link (i-j, i?j or ipj): {token!r} in {line!r}"
-            ) from None
-        possible.add(link)
-        if is_sure:
-            sure.add(link)
-    return sure, possible
 
 
 def links_from_weights(weights: Tensor, *, method: str = "argmax", threshold: float = 0.5) -> Links:

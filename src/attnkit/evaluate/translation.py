@@ -1,6 +1,9 @@
 """Evaluating translation models: BLEU of their translations, teacher-forced loss, and the
 alignment error rate of their attention under forced decoding (survey §4.1 extrinsic, §4.2
-intrinsic evaluation; Luong et al. 2015 evaluate attention with AER this way)."""
+intrinsic evaluation; Luong et al. 2015 evaluate attention with AER this way).
+
+Pure functions of a model, its vocabularies and examples; a run's evaluation with its
+configuration's settings is :func:`attnkit.tasks.translation.evaluate_run`."""
 
 from __future__ import annotations
 
@@ -13,13 +16,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from attnkit.config import RunConfig
 from attnkit.data.batching import Batches, encode
-from attnkit.data.corpus import Example
+from attnkit.data.corpus import Example, Vocabularies
 from attnkit.data.tokenize import detokenize
 from attnkit.evaluate.alignment import corpus_alignment_error_rate, links_from_weights
 from attnkit.evaluate.metrics import bleu
-from attnkit.run import Vocabularies
 
 
 def _batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -27,11 +28,12 @@ def _batched(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[i : i + size]
 
 
-def corpus_loss(model: nn.Module, encoded: Sequence[Any], config: RunConfig) -> dict[str, float]:
-    """Teacher-forced token-level cross-entropy (and perplexity) over ``encoded`` examples."""
+def corpus_loss(model: nn.Module, encoded: Sequence[Any], batch_size: int = 64) -> dict[str, float]:
+    """Teacher-forced token-level cross-entropy (and perplexity) over ``encoded`` examples
+    (:func:`attnkit.data.batching.encode`), in batches of ``batch_size`` in order."""
     total, tokens = 0.0, 0
     with torch.no_grad():
-        for batch in Batches(encoded, config.train.batch_size, seed=0, shuffle=False):
+        for batch in Batches(encoded, batch_size, seed=0, shuffle=False):
             out = model(batch.source, batch.source_lengths, batch.target_in)
             total += float(
                 F.cross_entropy(
@@ -94,23 +96,36 @@ def forced_alignment(
     return weights
 
 
-def evaluate_run(
+def evaluate_translations(
     model: nn.Module,
     vocabularies: Vocabularies,
     examples: Sequence[Example],
-    config: RunConfig,
     *,
-    beam_size: int | None = None,
+    beam_size: int = 1,
+    max_length: int = 50,
+    batch_size: int = 64,
     quiet: bool = True,
 ) -> dict[str, Any]:
     """BLEU of the translations, teacher-forced loss, and — when the examples carry gold links —
-    the alignment error rate of the attention weights (argmax source word per target word)."""
-    limit = config.decode.max_eval_sentences
-    examples = list(examples[:limit] if limit else examples)
-    beam = beam_size or config.decode.beam_size
-    results: dict[str, Any] = {"sentences": len(examples), "beam_size": beam}
+    the alignment error rate of the attention weights (argmax source word per target word).
+
+    Args:
+        model: a translation model (``model(source, lengths, target_in)`` and
+            ``model.translate``, see :mod:`attnkit.models.translation`).
+        vocabularies: the vocabularies the model was built for.
+        examples: the evaluated pairs (all of them).
+        beam_size, max_length: the search's.
+        batch_size: of the teacher-forced loss.
+        quiet: no progress bar.
+
+    Returns:
+        ``{"sentences", "beam_size", "loss", "perplexity", "bleu", ["aer"], "samples"}``
+        (the first five translations with their references).
+    """
+    examples = list(examples)
+    results: dict[str, Any] = {"sentences": len(examples), "beam_size": beam_size}
     results.update(
-        corpus_loss(model, encode(examples, vocabularies.source, vocabularies.target), config)
+        corpus_loss(model, encode(examples, vocabularies.source, vocabularies.target), batch_size)
     )
     hypotheses = []
     for chunk in tqdm(list(_batched(examples, 64)), desc="translating", disable=quiet):
@@ -118,8 +133,8 @@ def evaluate_run(
             model,
             vocabularies,
             [e.source for e in chunk],
-            beam_size=beam,
-            max_length=config.decode.max_length,
+            beam_size=beam_size,
+            max_length=max_length,
         ):
             hypotheses.append(detokenize(tokens, "fr"))
     references = [detokenize(list(e.target), "fr") for e in examples]

@@ -7,7 +7,6 @@ export and plots (survey §4.2.2, manual inspection of attention weights).
 """
 
 from attnkit.interpret.cross_attention import record_cross_attention
-from attnkit.interpret.explain import explain_run
 from attnkit.interpret.export import to_bertviz
 from attnkit.interpret.flow import attention_flow
 from attnkit.interpret.gradient import gradient_weighted_attention
@@ -22,7 +21,6 @@ __all__ = [
     "AttentionRecorder",
     "attention_flow",
     "attention_rollout",
-    "explain_run",
     "fuse_heads",
     "gradient_weighted_attention",
     "head_importance",

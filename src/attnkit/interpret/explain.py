@@ -1,8 +1,9 @@
-"""``attnkit explain RUN_DIR --input "..."``: the attention maps of a trained translation run for
-one sentence, as one self-contained HTML page (survey §4.2.2, manual inspection of attention
-weights; the viewer is :mod:`attnkit.interpret.viewer`).
+"""The attention maps behind one translation, grouped for the attention viewer (survey §4.2.2,
+manual inspection of attention weights; the viewer is :mod:`attnkit.interpret.viewer`).
+``attnkit explain RUN_DIR --input "..."`` (:func:`attnkit.run.explain_run`) writes them for a
+trained run as one self-contained HTML page.
 
-The input is translated with the run's newest checkpoint, then the model is run once more,
+The input is translated with the model, then the model is run once more,
 teacher-forced on ``<bos> y_1 … y_n``, while every attention is recorded. That second pass is
 the one ``translate`` itself scores (:mod:`attnkit.models.translation`), so the maps are exactly
 the weights behind the translation shown. The recorded calls are grouped by role, read off the
@@ -18,8 +19,8 @@ Cross-attention rows are the words the decoder emits (``y_1 … y_n``, then ``<e
 the source words; decoder self-attention rows and columns are the decoder's inputs
 (``<bos> y_1 … y_n``), so its rollout is defined.
 
-    >>> explain_run("runs/tiny-20261122-101500", "I love you.")
-    PosixPath('runs/tiny-20261122-101500/explain-i-love-you.html')
+    >>> explanation = explain(model, vocab.source, vocab.target, ["i", "love", "you", "."])
+    >>> write_viewer("page.html", explanation.maps, title="I love you.")
 """
 
 from __future__ import annotations
@@ -27,16 +28,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.data.vocabulary import Vocabulary
 from attnkit.interpret.record import record
-from attnkit.interpret.viewer import AttentionMap, write_viewer
+from attnkit.interpret.viewer import AttentionMap
 
 if TYPE_CHECKING:  # attnkit.models imports attnkit.interpret: no import cycle at run time
     from attnkit.models.outputs import Translation
@@ -68,70 +67,6 @@ class Explanation:
     ended: bool
     maps: list[AttentionMap]
     model_weights: Tensor
-
-
-def explain_run(
-    run_dir: str | Path,
-    sentence: str,
-    *,
-    output: str | Path | None = None,
-    beam_size: int | None = None,
-) -> Path:
-    """Translate ``sentence`` (English) with the run's newest checkpoint and write the attention
-    viewer page for it.
-
-    Args:
-        run_dir: a run directory written by :func:`attnkit.train.train`.
-        sentence: the English input, e.g. ``"I love you."``.
-        output: where to write the page; default ``RUN_DIR/explain-<slug of the input>.html``.
-        beam_size: beam width of the search; ``None``: the run's ``decode.beam_size``.
-
-    Returns:
-        the path of the HTML page (written atomically).
-
-    Raises:
-        ValueError: an input with no tokens, or a bad ``beam_size``.
-        attnkit.checkpoint.CheckpointError: ``run_dir`` is not a run or has no checkpoint.
-    """
-    from attnkit.run import Run, describe_model  # run imports much; only the CLI needs it
-
-    source = _source_tokens(sentence)
-    if beam_size is not None and (
-        isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1
-    ):
-        raise ValueError(f"beam_size must be a positive int or None, got {beam_size!r}")
-    run = Run.open(run_dir)
-    model, step = run.load_model()
-    config = run.config
-    beam = config.decode.beam_size if beam_size is None else beam_size
-    explanation = explain(
-        model,
-        run.vocabularies.source,
-        run.vocabularies.target,
-        source,
-        beam_size=beam,
-        max_length=config.decode.max_length,
-    )
-    translation = detokenize(explanation.translation, "fr")
-    title = f"{run.path.name}: \u201c{sentence.strip()}\u201d \u2192 \u201c{translation}\u201d"
-    notes = [
-        f"model: {describe_model(config)}",
-        f"checkpoint: step {step}; search: {'greedy' if beam == 1 else f'beam {beam}'}",
-    ]
-    unknown = [token for token in explanation.source if token.endswith(_UNK_MARK)]
-    if unknown:
-        notes.append(f"not in the source vocabulary (read as <unk>): {', '.join(unknown)}")
-    if not explanation.ended:
-        notes.append(
-            f"the search stopped at decode.max_length={config.decode.max_length} tokens "
-            "before emitting <eos>"
-        )
-    notes.append(
-        "cross-attention: rows are the target words emitted, columns the source words; "
-        "decoder self-attention: rows and columns are the decoder's inputs (<bos> y1 … yn)"
-    )
-    path = Path(output) if output is not None else run.path / f"explain-{slug(sentence)}.html"
-    return write_viewer(path, explanation.maps, title=title, notes="\n".join(notes))
 
 
 def explain(
@@ -213,15 +148,6 @@ def slug(sentence: str, max_length: int = 40) -> str:
 # --------------------------------------------------------------------------- internals
 
 _UNK_MARK = "(unk)"
-
-
-def _source_tokens(sentence: str) -> list[str]:
-    if not isinstance(sentence, str):
-        raise TypeError(f"the input must be a str, got {type(sentence).__name__}")
-    tokens = tokenize(sentence, "en")
-    if not tokens:
-        raise ValueError(f"the input must contain at least one word, got {sentence!r}")
-    return tokens
 
 
 def _decoder_attention_steps(

@@ -1,8 +1,8 @@
 """A classification task: its data, how a batch of examples becomes tensors, and its model.
 
-Translation has its own pipeline (:mod:`attnkit.train`); every other corpus of a run configuration
-names a :class:`Task` registered with :func:`register_task`. The trainer
-(:mod:`attnkit.tasks.trainer`) only needs what a task declares here:
+Translation is :mod:`attnkit.tasks.translation`; every other corpus of a run configuration
+names a :class:`Task` registered with :func:`register_task`. Its job in the training pipeline,
+:class:`attnkit.tasks.trainer.ClassificationJob`, only needs what a task declares here:
 
 * :meth:`Task.load` — the ``"train"``, ``"valid"`` and ``"test"`` examples (any objects);
 * :meth:`Task.label` — an example's class index into :attr:`Task.classes`;
@@ -126,9 +126,8 @@ def register_task(corpus: str) -> Callable[[type[Task]], type[Task]]:
 
 
 def task_for(config: RunConfig) -> Task:
-    """The registered task of ``config.data.corpus``, constructed for ``config``."""
-    import attnkit.tasks  # noqa: F401  (imports every task module, which registers it)
-
+    """The registered task of ``config.data.corpus``, constructed for ``config`` (importing
+    any module of :mod:`attnkit.tasks` first imports the package, which registers them all)."""
     corpus = config.data.corpus
     if corpus not in _TASKS:
         raise ValueError(

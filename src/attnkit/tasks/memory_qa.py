@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from attnkit.data.memory_qa import LOCATIONS, QAExample, memory_qa_splits
 from attnkit.data.vocabulary import PAD, Vocabulary
+from attnkit.interpret.plots import draw_heatmap
 from attnkit.models.memory_network import EndToEndMemoryNetwork
 from attnkit.tasks.base import Task, register_task
 
@@ -103,8 +104,6 @@ class MemoryQuestionAnswering(Task):
         # imported here: matplotlib is only needed for figures
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-
-        from attnkit.interpret.plots import draw_heatmap
 
         chosen = [e for e in examples if e.kind == "object"][:HEATMAPS]
         if not chosen or not isinstance(model, EndToEndMemoryNetwork):

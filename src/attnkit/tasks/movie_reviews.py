@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from attnkit.data.movie_reviews import LABELS, Review, load_movie_reviews
 from attnkit.data.vocabulary import PAD
+from attnkit.interpret.plots import draw_heatmap
 from attnkit.models.han import HierarchicalAttentionNetwork
 from attnkit.tasks.base import WordTask, register_task
 
@@ -79,8 +80,6 @@ class MovieReviews(WordTask):
         its most-attended sentences, each titled with its sentence weight."""
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-
-        from attnkit.interpret.plots import draw_heatmap
 
         chosen = [r for r in examples[:ARTIFACT_REVIEWS] if r.sentences]
         if not chosen or not isinstance(model, HierarchicalAttentionNetwork):

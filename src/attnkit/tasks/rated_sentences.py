@@ -19,6 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.data.rated_sentences import LABELS, RatedSentence, load_rated_sentences
+from attnkit.interpret.plots import plot_heatmap
+from attnkit.interpret.record import record
 from attnkit.models.sentence_classifier import SentenceClassifier
 from attnkit.tasks.base import WordTask, pad_ids, register_task
 
@@ -70,8 +72,6 @@ class RatedSentences(WordTask):
         words, recorded with :func:`attnkit.interpret.record` — one row per capsule, the pooling
         weights (averaged over the features for multi-dimensional attention), and the weight of
         each embedding in the meta-embedding."""
-        from attnkit.interpret.plots import plot_heatmap
-        from attnkit.interpret.record import record
 
         chosen = [e for e in examples[:ARTIFACT_SENTENCES] if e.tokens]
         if not chosen:

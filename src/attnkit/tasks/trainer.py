@@ -1,7 +1,8 @@
 """Training and evaluating a classification :class:`~attnkit.tasks.Task` in the shared loop.
 
-The loop, checkpoints, exact resume and data parallelism are :mod:`attnkit.train`'s; this module
-gives it a task's batches, objective and evaluation. The batch of step ``t`` depends only on
+The loop, checkpoints, exact resume, data parallelism and the final report are
+:mod:`attnkit.train`'s; :class:`ClassificationJob` gives them a task's batches, objective and
+evaluation (the :class:`~attnkit.tasks.job.Job` of every corpus without a job of its own). The batch of step ``t`` depends only on
 ``(seed, t)``: epoch ``t // batches_per_epoch`` is a permutation of the training examples drawn
 from a generator seeded with ``(seed, epoch)``, so a resumed run sees the batches an
 uninterrupted one would.
@@ -14,25 +15,23 @@ performance of the model decreases"), from the same checkpoint.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnkit.checkpoint import atomic_write
 from attnkit.config import RunConfig
 from attnkit.data_parallel import DataParallel
 from attnkit.evaluate.ablation import ablate
 from attnkit.evaluate.metrics import accuracy, macro_f1
 from attnkit.layers.attention import exact_kinds
-from attnkit.run import Run, read_metrics
 from attnkit.tasks.base import Task, task_for
-from attnkit.train import Job, Log
+from attnkit.tasks.job import Job, Log, Presentation, RunDirectory
 
 
 def epoch_order(size: int, seed: int, epoch: int) -> Tensor:
@@ -89,20 +88,31 @@ def evaluation_slice(
 
 
 class ClassificationJob(Job):
-    """A classification task's part in the training loop (see :class:`attnkit.train.Job`)."""
+    """A classification task's part in the training pipeline (see :class:`~attnkit.tasks.job.Job`):
+    batches of a seeded permutation per epoch, the model's objective, accuracy and macro-F1 with
+    the uniform-attention column."""
 
     def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
         self.task = task_for(config)
-        super().__init__(config, evaluation_slice(config, self.task.load()))
+
+    def load(self) -> Mapping[str, Sequence[Any]]:
+        examples = evaluation_slice(self.config, self.task.load())
         for split in ("train", "valid", "test"):
-            if not self.examples.get(split):
-                raise ValueError(f"{config.data.corpus}: the {split!r} split is empty")
+            if not examples.get(split):
+                raise ValueError(f"{self.config.data.corpus}: the {split!r} split is empty")
+        return examples
 
     def learnt(self) -> dict[str, Any]:
         return self.task.fit(self.examples["train"])
 
-    def prepare(self, run: Run, parallel: DataParallel, log: Log) -> int:
-        self.task = run.task  # restored from the run's task.json (the same state on every rank)
+    def restore(self, state: dict[str, Any]) -> None:
+        self.task.restore(state)
+
+    def build_model(self) -> nn.Module:
+        return self.task.build_model()
+
+    def prepare(self, run: RunDirectory, parallel: DataParallel, log: Log) -> int:
         size, batch = len(self.examples["train"]), self.config.train.batch_size
         remainder = size % batch  # the epoch's last batch
         if min(size, batch, remainder or batch) < parallel.world:
@@ -140,8 +150,58 @@ class ClassificationJob(Job):
             model, self.task, self.examples["valid"], self.config.train.batch_size
         )
 
-    def finish(self, run: Run, model: nn.Module, log: Log, quiet: bool) -> dict[str, Any]:
-        return finish_classification(run, model, self.examples, log=log)
+    def evaluate(
+        self,
+        model: nn.Module,
+        examples: Sequence[Any],
+        *,
+        beam_size: int | None = None,
+        quiet: bool = True,
+    ) -> dict[str, Any]:
+        return evaluate_classifier(model, self.task, examples, self.config.train.batch_size)
+
+    def present(self, model: nn.Module, directory: Path) -> Presentation:
+        """The first eight test examples with their predicted class, and the task's
+        artifacts (attention maps)."""
+        task, test = self.task, self.examples["test"][:8]
+        with torch.no_grad():
+            logits = model(**task.collate(test))
+        samples = [
+            {
+                "input": task.describe(e),
+                "label": task.classes[task.label(e)],
+                "predicted": task.classes[int(p)],
+            }
+            for e, p in zip(test, logits.argmax(-1).tolist(), strict=True)
+        ]
+        images = task.artifacts(model, self.examples["test"], directory)
+        return Presentation(results={"samples": samples}, images=images)
+
+    def summary(self, results: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "test examples": results["examples"],
+            "test accuracy": f"{results['accuracy']:.4f}",
+            "test macro-F1": f"{results['macro_f1']:.4f}",
+            "uniform attention: accuracy": f"{results['uniform_attention']['accuracy']:.4f}",
+        }
+
+    def describe_results(self, results: Mapping[str, Any]) -> list[str]:
+        uniform = results["uniform_attention"]
+        return [
+            f"{results['examples']} examples",
+            f"  accuracy    {results['accuracy']:.4f}   "
+            f"(uniform attention {uniform['accuracy']:.4f})",
+            f"  macro-F1    {results['macro_f1']:.4f}   "
+            f"(uniform attention {uniform['macro_f1']:.4f})",
+            f"  loss        {results['loss']:.4f}",
+        ]
+
+    def headline(self, results: Mapping[str, Any]) -> str:
+        return (
+            f"test accuracy {results['accuracy']:.4f} (macro-F1 {results['macro_f1']:.4f}) on "
+            f"{results['examples']} examples; uniform attention "
+            f"{results['uniform_attention']['accuracy']:.4f}"
+        )
 
 
 def evaluate_classifier(
@@ -157,55 +217,4 @@ def evaluate_classifier(
         uniform = classification_metrics(model, task, examples, batch_size)
     results["uniform_attention"] = uniform
     results["eval_seconds"] = round(time.perf_counter() - started, 1)
-    return results
-
-
-def finish_classification(
-    run: Run, model: nn.Module, examples: Mapping[str, Sequence[Any]], *, log: Log = print
-) -> dict[str, Any]:
-    """Final evaluation on the test split, ``results.json``, the task's artifacts and the
-    report."""
-    from attnkit.report import write_report
-    from attnkit.run import describe_model
-
-    config, task = run.config, run.task
-    results = evaluate_classifier(model, task, examples["test"], config.train.batch_size)
-    results["train_seconds"] = round(sum(m.get("seconds", 0.0) for m in read_metrics(run.path)), 1)
-    test = examples["test"][:8]
-    with torch.no_grad():
-        logits = model(**task.collate(test))
-    results["samples"] = [
-        {
-            "input": task.describe(e),
-            "label": task.classes[task.label(e)],
-            "predicted": task.classes[int(p)],
-        }
-        for e, p in zip(test, logits.argmax(-1).tolist(), strict=True)
-    ]
-    images = task.artifacts(model, examples["test"], run.path / "heatmaps")
-    atomic_write(run.path / "results.json", json.dumps(results, indent=1))
-    uniform = results["uniform_attention"]
-    summary = {
-        "run": str(run.path),
-        "model": describe_model(config),
-        "data": f"{config.data.corpus}: {len(examples['train'])} training examples",
-        "steps": config.train.steps,
-        "training time": f"{results['train_seconds']:.0f} s",
-        "test examples": results["examples"],
-        "test accuracy": f"{results['accuracy']:.4f}",
-        "test macro-F1": f"{results['macro_f1']:.4f}",
-        "uniform attention: accuracy": f"{uniform['accuracy']:.4f}",
-    }
-    write_report(
-        run.path / "report.html",
-        title=f"attnkit run {run.path.name}",
-        summary=summary,
-        alignments=[],
-        metrics=read_metrics(run.path),
-        images=images,
-    )
-    log(
-        f"test accuracy {results['accuracy']:.4f} (macro-F1 {results['macro_f1']:.4f}) on "
-        f"{results['examples']} examples; uniform attention {uniform['accuracy']:.4f}"
-    )
     return results

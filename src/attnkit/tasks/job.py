@@ -1,0 +1,167 @@
+"""What the one training loop, its final evaluation and ``attnkit eval`` need from a task.
+
+Every corpus of a run configuration has a :class:`Job`: translation (:mod:`.translation`) and
+the classification tasks (:mod:`.trainer` runs any :class:`~attnkit.tasks.Task`). The loop
+(:func:`attnkit.train.train`) and the one final evaluation (:func:`attnkit.train.finish`) call
+only these methods; a run directory keeps what :meth:`Job.learnt` returned in
+:attr:`Job.state_file`, so a checkpoint is usable without the training data.
+
+A job's lifetime: constructed from the configuration (cheap: the data is read on first use of
+:attr:`Job.examples`); :meth:`~Job.learnt` on a new run, or :meth:`~Job.restore` from the run's
+state; :meth:`~Job.prepare` once the run is open; then :meth:`~Job.batch` and :meth:`~Job.loss`
+every step, :meth:`~Job.valid` every ``eval_every`` steps; at the end :meth:`~Job.evaluate` and
+:meth:`~Job.present`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from torch import Tensor, nn
+
+from attnkit.config import RunConfig
+from attnkit.data_parallel import DataParallel
+from attnkit.report import Alignment
+
+Log = Callable[[str], None]
+
+_JOBS: dict[str, type[Job]] = {}
+
+
+class RunDirectory(Protocol):
+    """What :meth:`Job.prepare` reads of the open run (:class:`attnkit.run.Run`)."""
+
+    path: Path
+
+
+@dataclass
+class Presentation:
+    """What a finished run shows besides its metrics.
+
+    Attributes:
+        results: keys added to ``results.json`` (e.g. ``"showcase"``, ``"samples"``).
+        alignments: alignment matrices drawn in the report (translation).
+        images: PNG files embedded in the report (heatmaps, attention maps).
+    """
+
+    results: dict[str, Any] = field(default_factory=dict)
+    alignments: list[Alignment] = field(default_factory=list)
+    images: list[Path] = field(default_factory=list)
+
+
+class Job(ABC):
+    """One corpus's part in the training pipeline (see the module docstring).
+
+    Class attributes:
+        state_file: the run file holding :meth:`learnt`'s state (JSON).
+        example_noun: what a training example is called in the report (``"pairs"``).
+    """
+
+    state_file: ClassVar[str] = "task.json"
+    example_noun: ClassVar[str] = "examples"
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self._examples: Mapping[str, Sequence[Any]] | None = None
+
+    @property
+    def examples(self) -> Mapping[str, Sequence[Any]]:
+        """The ``"train"``, ``"valid"`` and ``"test"`` splits (read once, on first use)."""
+        if self._examples is None:
+            self._examples = self.load()
+        return self._examples
+
+    @abstractmethod
+    def load(self) -> Mapping[str, Sequence[Any]]:
+        """Read the splits (as trained and evaluated: caps applied)."""
+
+    @abstractmethod
+    def learnt(self) -> dict[str, Any]:
+        """Fit what the run keeps from the training split (vocabularies, statistics) and return
+        it as a JSON-able dict; the job is then ready as after :meth:`restore`."""
+
+    @abstractmethod
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take the state :meth:`learnt` returned (read back from :attr:`state_file`);
+        ``ValueError`` when it is not this job's."""
+
+    @abstractmethod
+    def build_model(self) -> nn.Module:
+        """The model of ``config.model`` (after :meth:`learnt` or :meth:`restore`), initialised
+        from the global RNG."""
+
+    @abstractmethod
+    def prepare(self, run: RunDirectory, parallel: DataParallel, log: Log) -> int:
+        """Get the batches ready once the run is open; returns the batches per epoch."""
+
+    @abstractmethod
+    def batch(self, step: int, parallel: DataParallel) -> Any:
+        """This rank's share of the global batch of ``step`` (a function of seed and step)."""
+
+    @abstractmethod
+    def loss(
+        self, model: nn.Module, batch: Any, parallel: DataParallel
+    ) -> tuple[Tensor, dict[str, float]]:
+        """The objective of one batch (averaged over the global batch) and its parts, with
+        ``"loss"`` among them."""
+
+    @abstractmethod
+    def valid(self, model: nn.Module) -> dict[str, float]:
+        """Validation metrics (``"loss"`` first) of the model in eval mode."""
+
+    @abstractmethod
+    def evaluate(
+        self,
+        model: nn.Module,
+        examples: Sequence[Any],
+        *,
+        beam_size: int | None = None,
+        quiet: bool = True,
+    ) -> dict[str, Any]:
+        """Metrics of ``model`` on ``examples`` (a split): what ``results.json`` and
+        ``eval-SPLIT.json`` hold. ``beam_size`` overrides the configuration's search where
+        there is one."""
+
+    @abstractmethod
+    def present(self, model: nn.Module, directory: Path) -> Presentation:
+        """What the finished run shows: examples of its outputs, its attention drawn as PNGs
+        in ``directory``."""
+
+    @abstractmethod
+    def summary(self, results: Mapping[str, Any]) -> dict[str, Any]:
+        """The report's rows for these results, after the rows every run has."""
+
+    @abstractmethod
+    def describe_results(self, results: Mapping[str, Any]) -> list[str]:
+        """``attnkit eval``'s lines: first how much was evaluated (``"347 sentences"``), then
+        one indented line per metric."""
+
+    @abstractmethod
+    def headline(self, results: Mapping[str, Any]) -> str:
+        """The one line the training command logs at the end."""
+
+
+def register_job(*corpora: str) -> Callable[[type[Job]], type[Job]]:
+    """Class decorator: the job of runs whose ``data.corpus`` is one of ``corpora``.
+
+    A corpus without a registered job is a classification corpus: its
+    :class:`~attnkit.tasks.Task` (registered with :func:`~attnkit.tasks.register_task`) runs in
+    :class:`~attnkit.tasks.trainer.ClassificationJob`."""
+
+    def register(cls: type[Job]) -> type[Job]:
+        for corpus in corpora:
+            if corpus in _JOBS and _JOBS[corpus] is not cls:
+                raise ValueError(f"corpus {corpus!r} already has a job: {_JOBS[corpus].__name__}")
+            _JOBS[corpus] = cls
+        return cls
+
+    return register
+
+
+def registered_job(corpus: str) -> type[Job] | None:
+    """The job class registered for ``corpus``, or ``None``."""
+    return _JOBS.get(corpus)

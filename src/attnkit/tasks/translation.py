@@ -1,0 +1,319 @@
+"""English → French translation on a parallel corpus (Tatoeba, Hansards): the translation task.
+
+Data (:func:`load_examples`): the bundled Tatoeba pairs, or the Hansards training text with the
+NAACL-2003 alignment gold as its valid and test splits. State learnt from the training split:
+the source and target vocabularies (``data.min_freq``, ``data.max_vocab``), kept in the run as
+``vocab.json``. Model (:func:`build_model`): the RNN encoder–decoder with Bahdanau or Luong
+attention, or the Transformer.
+
+The objective (:func:`batch_loss`) is the token-level cross-entropy of the reference; with
+supervised attention (survey §4.2, Liu et al. 2016; Mi et al. 2016) the joint loss adds
+``λ · L_attention(attention weights, alignment targets)``, the targets being IBM Model 1 links
+cached in the run as ``links.pharaoh``. The final evaluation (:func:`evaluate_run`) is BLEU,
+the teacher-forced loss and, on the Hansards gold, the alignment error rate of the attention;
+the report shows the alignment matrices of a few translations (:data:`SHOWCASE`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnkit.checkpoint import atomic_write
+from attnkit.config import ConfigError, RNNModelConfig, RunConfig, TransformerModelConfig
+from attnkit.data.batching import Batch, Batches, encode
+from attnkit.data.corpus import Example, Vocabularies
+from attnkit.data.hansards import load_hansards, missing_files
+from attnkit.data.ibm_model1 import IBMModel1
+from attnkit.data.pharaoh import format_pharaoh, parse_pharaoh
+from attnkit.data.tatoeba import load_tatoeba
+from attnkit.data.tokenize import tokenize
+from attnkit.data_parallel import DataParallel
+from attnkit.evaluate.supervised import supervised_attention_loss
+from attnkit.evaluate.translation import corpus_loss, evaluate_translations, translate
+from attnkit.models import RNNSeq2Seq, TransformerSeq2Seq
+from attnkit.report import Alignment, save_heatmaps
+from attnkit.tasks.job import Job, Log, Presentation, RunDirectory, register_job
+
+# Sentences each report translates; "I love you." is the seeds' running example (seed 000 Fig. 1).
+SHOWCASE = ["I love you.", "I am cold.", "He is my brother.", "Where is the station?"]
+
+
+def load_examples(config: RunConfig) -> dict[str, list[Example]]:
+    """The corpus of ``config.data``, split into "train", "valid" and "test"."""
+    data = config.data
+    if data.corpus == "tatoeba":
+        return load_tatoeba(max_length=data.max_length, max_pairs=data.max_pairs)
+    root = Path(data.root or "")
+    if not root.is_dir():
+        raise ConfigError(f"data.root: no such directory {str(root)!r}")
+    missing = missing_files(root)
+    if missing:  # a configuration error, found before any file is read
+        raise ConfigError(
+            f"data.root: {str(root)!r} is not the hansards-en-fr directory (missing "
+            f"{', '.join(str(root / name) for name in missing)})"
+        )
+    return load_hansards(root, max_length=data.max_length, max_pairs=data.max_pairs)
+
+
+def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
+    """The model of ``config.model`` for these vocabularies (initialised from the global RNG)."""
+    m = config.model
+    sizes = (len(vocabularies.source), len(vocabularies.target))
+    if isinstance(m, RNNModelConfig):
+        return RNNSeq2Seq(
+            *sizes,
+            style=m.style,
+            score=m.score,
+            align=m.align,
+            embed_dim=m.embed_dim,
+            hidden_dim=m.hidden_dim,
+            num_layers=m.num_layers,
+            dropout=m.dropout,
+            window=m.window,
+            input_feeding=m.input_feeding,
+            max_source_length=m.max_source_length,
+        )
+    if not isinstance(m, TransformerModelConfig):
+        raise ValueError(f"model.kind: translation takes rnn or transformer, got {m.kind!r}")
+    return TransformerSeq2Seq(
+        *sizes,
+        d_model=m.d_model,
+        nhead=m.nhead,
+        num_layers=m.num_layers,
+        dim_feedforward=m.dim_feedforward,
+        dropout=m.dropout,
+        max_length=m.max_length,
+        attention=m.attention,
+        decoder_attention=m.decoder_attention,
+    )
+
+
+def batch_loss(
+    model: nn.Module, batch: Batch, config: RunConfig, parallel: DataParallel | None = None
+) -> tuple[Tensor, dict[str, float]]:
+    """The training objective of one batch and its parts.
+
+    Token-level cross-entropy averaged over the batch's target tokens; under data parallelism
+    ``batch`` is this rank's share and the average is over the *global* batch's tokens (times the
+    world size, which DDP's gradient averaging divides out), so the gradient equals the single
+    process one. The parts are the global batch's values on every rank."""
+    parallel = parallel or DataParallel()
+    out = model(batch.source, batch.source_lengths, batch.target_in)
+    tokens = parallel.total((batch.target_out != 0).sum())
+    nll_sum = F.cross_entropy(
+        out.logits.flatten(0, 1),
+        batch.target_out.flatten(),
+        ignore_index=0,
+        label_smoothing=config.train.label_smoothing,
+        reduction="sum",
+    )
+    nll = nll_sum * (parallel.world / tokens.clamp_min(1))
+    loss = nll
+    parts = {"nll": nll}
+    weight = config.train.supervised_weight
+    if weight > 0 and batch.alignment is not None:
+        rows = (batch.alignment.sum(-1) > 0).sum()
+        all_rows = parallel.total(rows)
+        if all_rows > 0:
+            attention_loss = (
+                supervised_attention_loss(
+                    out.weights, batch.alignment, config.train.supervised_kind
+                )
+                if rows > 0
+                else out.weights.sum() * 0.0  # this rank has no gold row: no contribution
+            ) * (rows * parallel.world / all_rows)
+            loss = loss + weight * attention_loss
+            parts["attention_loss"] = attention_loss
+    parts["loss"] = loss
+    values = parallel.total(torch.stack([v.detach() for v in parts.values()])) / parallel.world
+    return loss, dict(zip(parts, values.tolist(), strict=True))
+
+
+def evaluate_run(
+    model: nn.Module,
+    vocabularies: Vocabularies,
+    examples: Sequence[Example],
+    config: RunConfig,
+    *,
+    beam_size: int | None = None,
+    quiet: bool = True,
+) -> dict[str, Any]:
+    """:func:`attnkit.evaluate.translation.evaluate_translations` with the run configuration's
+    settings: the first ``decode.max_eval_sentences`` examples, its beam (unless ``beam_size``)
+    and ``max_length``, batches of ``train.batch_size`` for the loss."""
+    limit = config.decode.max_eval_sentences
+    return evaluate_translations(
+        model,
+        vocabularies,
+        list(examples[:limit] if limit else examples),
+        beam_size=beam_size or config.decode.beam_size,
+        max_length=config.decode.max_length,
+        batch_size=config.train.batch_size,
+        quiet=quiet,
+    )
+
+
+def showcase(config: RunConfig, examples: Mapping[str, Sequence[Example]]) -> list[list[str]]:
+    """Tokenised source sentences for the report: the seeds' examples on Tatoeba, the first test
+    sentences elsewhere."""
+    if config.data.corpus == "tatoeba":
+        return [tokenize(s, "en") for s in SHOWCASE]
+    return [list(e.source) for e in examples["test"][:4]]
+
+
+def alignment_targets(
+    config: RunConfig, directory: Path, train: Sequence[Example], log: Log
+) -> list[Example]:
+    """Training examples with ``links`` from the configured aligner (IBM Model 1), cached in
+    ``directory / "links.pharaoh"``, one Pharaoh line per pair."""
+    cache = directory / "links.pharaoh"
+    if cache.is_file():
+        lines = cache.read_text(encoding="utf-8").splitlines()
+        if len(lines) == len(train):
+            return [
+                replace(e, links=frozenset(parse_pharaoh(line)[0]))
+                for e, line in zip(train, lines, strict=True)
+            ]
+    start = time.perf_counter()
+    aligner = IBMModel1().fit(
+        [(e.source, e.target) for e in train], iterations=config.data.aligner_iterations
+    )
+    linked = [replace(e, links=frozenset(aligner.align(e.source, e.target))) for e in train]
+    atomic_write(cache, "\n".join(format_pharaoh(e.links or ()) for e in linked) + "\n")
+    log(f"IBM Model 1 alignments of {len(train)} pairs in {time.perf_counter() - start:.0f} s")
+    return linked
+
+
+@register_job("tatoeba", "hansards")
+class TranslationJob(Job):
+    """Sequence-to-sequence training on a parallel corpus (see the module docstring)."""
+
+    state_file = "vocab.json"
+    example_noun = "pairs"
+
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self._vocabularies: Vocabularies | None = None
+
+    @property
+    def vocabularies(self) -> Vocabularies:
+        """The source and target vocabularies (after :meth:`learnt` or :meth:`restore`)."""
+        if self._vocabularies is None:
+            raise RuntimeError("call learnt() or restore() before using the vocabularies")
+        return self._vocabularies
+
+    def load(self) -> Mapping[str, Sequence[Example]]:
+        return load_examples(self.config)
+
+    def learnt(self) -> dict[str, Any]:
+        data = self.config.data
+        self._vocabularies = Vocabularies.build(
+            self.examples["train"], data.min_freq, data.max_vocab
+        )
+        return self._vocabularies.to_dict()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self._vocabularies = Vocabularies.from_dict(state)
+
+    def build_model(self) -> nn.Module:
+        return build_model(self.config, self.vocabularies)
+
+    def prepare(self, run: RunDirectory, parallel: DataParallel, log: Log) -> int:
+        config, train_examples = self.config, self.examples["train"]
+        if config.data.supervision is not None:
+            if parallel.is_main:
+                train_examples = alignment_targets(config, run.path, train_examples, log)
+            parallel.total(torch.zeros(1))  # a barrier: rank 0 has written links.pharaoh
+            if not parallel.is_main:
+                train_examples = alignment_targets(config, run.path, train_examples, log)
+        vocab = self.vocabularies
+        self.batches = Batches(
+            encode(train_examples, vocab.source, vocab.target),
+            config.train.batch_size,
+            seed=config.seed,
+        )
+        self.encoded_valid = encode(self.examples["valid"], vocab.source, vocab.target)
+        return len(self.batches)
+
+    def batch(self, step: int, parallel: DataParallel) -> Batch:
+        return parallel.shard(self.batches.batch(step))
+
+    def loss(
+        self, model: nn.Module, batch: Batch, parallel: DataParallel
+    ) -> tuple[Tensor, dict[str, float]]:
+        return batch_loss(model, batch, self.config, parallel)
+
+    def valid(self, model: nn.Module) -> dict[str, float]:
+        return corpus_loss(model, self.encoded_valid, self.config.train.batch_size)
+
+    def evaluate(
+        self,
+        model: nn.Module,
+        examples: Sequence[Any],
+        *,
+        beam_size: int | None = None,
+        quiet: bool = True,
+    ) -> dict[str, Any]:
+        return evaluate_run(
+            model, self.vocabularies, examples, self.config, beam_size=beam_size, quiet=quiet
+        )
+
+    def present(self, model: nn.Module, directory: Path) -> Presentation:
+        """The :func:`showcase` sentences translated, with their alignment matrices (in
+        ``results.json`` as ``"showcase"``, and as PNG heatmaps)."""
+        config, sources = self.config, showcase(self.config, self.examples)
+        translated = translate(
+            model,
+            self.vocabularies,
+            sources,
+            beam_size=config.decode.beam_size,
+            max_length=config.decode.max_length,
+        )
+        alignments = [
+            Alignment(source, target, weights)
+            for source, (target, weights) in zip(sources, translated, strict=True)
+        ]
+        for a in alignments:  # the report shows words only: the end-of-sentence row is dropped
+            if a.target:
+                a.weights = a.weights[: len(a.target)]
+            else:  # nothing but the end of the sentence was produced: show that row
+                a.target = ["<eos>"]
+        shown = [
+            {"source": a.source, "target": a.target, "weights": a.weights.tolist()}
+            for a in alignments
+        ]
+        return Presentation(
+            results={"showcase": shown},
+            alignments=alignments,
+            images=save_heatmaps(alignments, directory),
+        )
+
+    def summary(self, results: Mapping[str, Any]) -> dict[str, Any]:
+        rows = {"test sentences": results["sentences"], "test BLEU": f"{results['bleu']:.2f}"}
+        if "aer" in results:
+            rows["test AER"] = f"{results['aer']:.3f}"
+        return rows
+
+    def describe_results(self, results: Mapping[str, Any]) -> list[str]:
+        lines = [
+            f"{results['sentences']} sentences",
+            f"  BLEU        {results['bleu']:.2f}   (beam {results['beam_size']})",
+            f"  loss        {results['loss']:.4f}   (perplexity {results['perplexity']:.2f})",
+        ]
+        if "aer" in results:
+            lines.append(f"  AER         {results['aer']:.4f}")
+        return lines
+
+    def headline(self, results: Mapping[str, Any]) -> str:
+        message = f"test BLEU {results['bleu']:.2f} on {results['sentences']} sentences"
+        if "aer" in results:
+            message += f", AER {results['aer']:.3f}"
+        return message
