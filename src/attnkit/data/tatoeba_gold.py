@@ -27,28 +27,12 @@ import functools
 from importlib import resources
 
 from attnkit.data.corpus import Example
+from attnkit.data.pharaoh import parse_pharaoh
 from attnkit.data.tokenize import tokenize
 
 SENTENCES_FILE = "tatoeba_gold.tsv"
 LINKS_FILE = "tatoeba_gold.pharaoh"
 DOCUMENTATION_FILE = "TATOEBA_GOLD.md"
-
-
-def _links(line: str, number: int) -> tuple[frozenset[tuple[int, int]], frozenset[tuple[int, int]]]:
-    """``(sure, possible)`` of one line of ``tatoeba_gold.pharaoh`` (``possible`` ⊇ ``sure``)."""
-    sure, possible = set(), set()
-    for token in line.split():
-        separator = "-" if "-" in token else "?"
-        left, _, right = token.partition(separator)
-        if not (left.isdigit() and right.isdigit()):
-            raise ValueError(
-                f"{LINKS_FILE} line {number}: expected links i-j or i?j, got {token!r}"
-            )
-        link = (int(left), int(right))
-        possible.add(link)
-        if separator == "-":
-            sure.add(link)
-    return frozenset(sure), frozenset(possible)
 
 
 @functools.cache
@@ -78,16 +62,16 @@ def load_tatoeba_gold() -> tuple[Example, ...]:
             raise ValueError(
                 f"{SENTENCES_FILE} line {number}: expected English<TAB>French, got {pair!r}"
             )
-        sure, possible = _links(line, number)
         try:
+            sure, possible = parse_pharaoh(line)
             gold.append(
                 Example(
                     tuple(tokenize(fields[0], "en")),
                     tuple(tokenize(fields[1], "fr")),
-                    sure=sure,
-                    possible=possible,
+                    sure=frozenset(sure),
+                    possible=frozenset(possible),
                 )
             )
-        except ValueError as error:  # a link outside the sentence
+        except ValueError as error:  # not a Pharaoh line, or a link outside the sentence
             raise ValueError(f"{LINKS_FILE} line {number}: {error}") from None
     return tuple(gold)
