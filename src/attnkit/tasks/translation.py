@@ -33,12 +33,12 @@ from torch import Tensor, nn
 from attnkit.checkpoint import atomic_write
 from attnkit.config import ConfigError, RNNModelConfig, RunConfig, TransformerModelConfig
 from attnkit.data.batching import Batch, Batches, encode
-from attnkit.data.corpus import Example, Vocabularies
+from attnkit.data.corpus import Example, Links, Vocabularies
 from attnkit.data.fast_align import FastAlign
 from attnkit.data.hansards import load_hansards, missing_files
 from attnkit.data.ibm_model1 import IBMModel1
 from attnkit.data.pharaoh import format_pharaoh, parse_pharaoh
-from attnkit.data.symmetrize import Links, symmetrize, transpose_links
+from attnkit.data.symmetrize import symmetrize, transpose_links
 from attnkit.data.tatoeba import load_tatoeba
 from attnkit.data.tokenize import tokenize
 from attnkit.data_parallel import DataParallel
@@ -201,7 +201,7 @@ def teacher_links(config: RunConfig, train: Sequence[Example]) -> list[Links]:
         return forward_links
     backward = make().fit([(t, s) for s, t in pairs], iterations=iterations)
     return [
-        symmetrize(links, transpose_links(backward.align(t, s)), method)
+        frozenset(symmetrize(links, transpose_links(backward.align(t, s)), method))
         for links, (s, t) in zip(forward_links, pairs, strict=True)
     ]
 
