@@ -111,9 +111,13 @@ def _train(
         newest = latest_checkpoint(run.checkpoints)
         checkpoint = None if newest is None else read_checkpoint(newest, architecture(config))
     else:
+        # every rank reads the data and learns its state (vocabularies) at once, as rank 0
+        # does: the others then wait in share_text only while rank 0 writes the directory,
+        # well within the collective timeout
+        learnt = job.learnt()
         path = ""
         if main:
-            path = str(Run.create(config, job.learnt(), runs_dir, run_dir, job=job).path)
+            path = str(Run.create(config, learnt, runs_dir, run_dir, job=job).path)
         # the others wait for rank 0's directory; every rank takes the state it wrote
         run = Run.open(parallel.share_text(path), job=job)
     epoch_size = job.prepare(run, parallel, log)
