@@ -82,15 +82,45 @@ class DataConfig(_Section):
     )
     min_freq: int = Field(1, ge=1, description="words seen fewer times become <unk>")
     max_vocab: int | None = Field(None, ge=8, description="largest vocabulary per language")
-    supervision: Literal["ibm_model1"] | None = Field(
-        None, description="alignment targets for supervised attention (survey §4.2)"
+    supervision: Literal["ibm_model1", "fast_align"] | None = Field(
+        None,
+        description="the statistical teacher whose links of the training pairs are the targets "
+        "of supervised attention (survey §4.2): IBM Model 1 or fast_align's IBM Model 2",
     )
     aligner_iterations: int = Field(5, ge=1, description="EM iterations of the aligner")
+    aligner_alpha: float | None = Field(
+        None,
+        gt=0.0,
+        description="fast_align: the Dirichlet prior of variational Bayes (fast_align's -v; "
+        "0.01 is its default), or none for maximum-likelihood EM",
+    )
+    symmetrization: (
+        Literal["intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and"]
+        | None
+    ) = Field(
+        None,
+        description="fit the teacher in both directions and combine its links (Koehn et al. "
+        "2003); none: the source→target direction only",
+    )
 
     @model_validator(mode="after")
     def _hansards_root(self) -> DataConfig:
         if self.corpus == "hansards" and not self.root:
             raise ValueError("root: the hansards corpus needs `root` (its directory)")
+        return self
+
+    @model_validator(mode="after")
+    def _aligner_options_need_their_aligner(self) -> DataConfig:
+        if self.aligner_alpha is not None and self.supervision != "fast_align":
+            raise ValueError(
+                "aligner_alpha: the Dirichlet prior is fast_align's; set supervision: fast_align "
+                f"(got supervision: {self.supervision})"
+            )
+        if self.symmetrization is not None and self.supervision is None:
+            raise ValueError(
+                "symmetrization: combines a teacher's two directions; set supervision "
+                "(ibm_model1 or fast_align)"
+            )
         return self
 
 
@@ -154,6 +184,12 @@ class TransformerModelConfig(_Section):
         description="the decoder's causal self-attention: exact, sliding_window, linear, "
         "performer or synthesizer_dense (cross-attention is always exact)",
     )
+    alignment_layer: int | None = Field(
+        None,
+        description="the decoder layer of a Garg et al. (2019) alignment head, 0 = the bottom, "
+        "negative from the top (-2: the penultimate, theirs); supervised attention trains it",
+    )
+    alignment_head: int = Field(0, ge=0, description="which head of that layer's cross-attention")
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TransformerModelConfig:
@@ -161,6 +197,20 @@ class TransformerModelConfig(_Section):
             raise ValueError(
                 f"nhead: the number of heads must divide d_model; got nhead={self.nhead}, "
                 f"d_model={self.d_model}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _alignment_head_exists(self) -> TransformerModelConfig:
+        layers = self.num_layers
+        if self.alignment_layer is not None and not -layers <= self.alignment_layer < layers:
+            raise ValueError(
+                f"alignment_layer: must be in [{-layers}, {layers - 1}] for num_layers={layers}; "
+                f"got {self.alignment_layer}"
+            )
+        if self.alignment_head >= self.nhead:
+            raise ValueError(
+                f"alignment_head: must be below nhead={self.nhead}; got {self.alignment_head}"
             )
         return self
 
@@ -389,7 +439,7 @@ class RunConfig(_Section):
         if self.train.supervised_weight > 0 and self.data.supervision is None:
             raise ValueError(
                 "train.supervised_weight: supervised attention needs alignment targets; set "
-                "data.supervision (e.g. ibm_model1)"
+                "data.supervision (ibm_model1 or fast_align)"
             )
         return self
 

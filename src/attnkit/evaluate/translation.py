@@ -82,17 +82,20 @@ def forced_alignment(
     model: nn.Module, vocabularies: Vocabularies, examples: Sequence[Example], batch_size: int = 64
 ) -> list[Tensor]:
     """Attention weights ``[len(target), len(source)]`` when the model is fed the reference
-    translation (forced decoding), one per example — what AER evaluates (Luong et al. 2015)."""
+    translation (forced decoding), one per example — what AER evaluates (Luong et al. 2015).
+    A model with an alignment head (``Seq2SeqOutput.alignment``, Garg et al. 2019) gives that
+    head's weights, otherwise its ``weights``."""
     encoded = encode(examples, vocabularies.source, vocabularies.target)
     weights = []
     model.eval()
     with torch.no_grad():
         for batch in Batches(encoded, batch_size, seed=0, shuffle=False):
             out = model(batch.source, batch.source_lengths, batch.target_in)
+            attention = out.weights if out.alignment is None else out.alignment
             target_lengths = (batch.target_out != 0).sum(1) - 1  # without the EOS row
-            for row in range(out.weights.shape[0]):
+            for row in range(attention.shape[0]):
                 t, s = int(target_lengths[row]), int(batch.source_lengths[row])
-                weights.append(out.weights[row, :t, :s])
+                weights.append(attention[row, :t, :s])
     return weights
 
 

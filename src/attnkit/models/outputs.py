@@ -17,10 +17,14 @@ class Seq2SeqOutput:
         weights: ``[B, T, S]``: the attention of each target position over the source (the
             survey's alignment matrix, ``[target, source]``); exactly zero on padded source
             positions.
+        alignment: ``[B, T, S]``: the attention of a dedicated alignment head (Garg et al.
+            2019; :class:`~attnkit.models.TransformerSeq2Seq`'s ``alignment_layer``), row ``t``
+            the alignment of ``target_out`` row ``t``; ``None`` for a model without one.
     """
 
     logits: Tensor
     weights: Tensor
+    alignment: Tensor | None = None
 
 
 @dataclass

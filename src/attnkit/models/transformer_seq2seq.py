@@ -10,6 +10,13 @@ Example::
     >>> out = model(source, lengths, torch.tensor([[2, 11, 12], [2, 13, 0]]))
     >>> out.logits.shape, out.weights.shape
     (torch.Size([2, 3, 30]), torch.Size([2, 3, 4]))
+
+With an alignment head (Garg et al. 2019), ``out.alignment`` is that head's attention::
+
+    >>> model = TransformerSeq2Seq(20, 30, d_model=16, nhead=2, num_layers=2,
+    ...                            dim_feedforward=32, alignment_layer=-2)
+    >>> model(source, lengths, torch.tensor([[2, 11, 12], [2, 13, 0]])).alignment.shape
+    torch.Size([2, 3, 4])
 """
 
 from __future__ import annotations
@@ -61,6 +68,29 @@ def check_decoder_attention(kind: str) -> None:
     )
 
 
+def _alignment_head(
+    layer: int | None, head: int, num_layers: int, nhead: int
+) -> tuple[int | None, int]:
+    """``(layer, head)`` of the alignment head, the layer counted from the bottom; ``(None,
+    head)`` without one. Refuses a layer or head the model does not have."""
+    if layer is None:
+        return None, head
+    if (
+        isinstance(layer, bool)
+        or not isinstance(layer, int)
+        or not -num_layers <= layer < num_layers
+    ):
+        raise ValueError(
+            f"alignment_layer must be an int in [{-num_layers}, {num_layers - 1}] for "
+            f"{num_layers} decoder layers (or None), got {layer!r}"
+        )
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < nhead:
+        raise ValueError(
+            f"alignment_head must be an int in [0, {nhead - 1}] for {nhead} heads, got {head!r}"
+        )
+    return layer % num_layers, head
+
+
 class TransformerSeq2Seq(nn.Module):
     """Encoder–decoder Transformer: embeddings ``· sqrt(d_model)`` + sinusoidal positions
     (Vaswani et al. §3.4-3.5), :class:`attnkit.layers.Transformer` (post-norm, as the paper), and
@@ -68,6 +98,21 @@ class TransformerSeq2Seq(nn.Module):
 
     ``Seq2SeqOutput.weights`` is the last decoder layer's cross-attention, averaged over heads
     (before dropout); rows sum to 1 over the real source positions.
+
+    **Alignment head** (Garg et al. 2019, "Jointly Learning to Align and Translate with
+    Transformer Models"): with ``alignment_layer`` set, head ``alignment_head`` of that decoder
+    layer's cross-attention is the one the training pipeline supervises with word alignments
+    (the alignment loss is added to the translation loss with a weight; the other heads stay
+    free). As in Garg et al., the head is read with the *full target context*: ``forward`` runs
+    the decoder's layers up to the alignment layer a second time without the causal mask (target
+    padding masked), so the row that predicts ``y_t`` (row ``t``, whose input is ``y_{t-1}``)
+    has also seen ``y_t`` and the later words; its attention is the alignment of ``y_t``
+    (``step="output"`` of :func:`attnkit.evaluate.decoder_step_rows`). That pass runs *before*
+    the translation pass, so a recorder that keeps each module's most recent call
+    (:func:`attnkit.interpret.record`) still sees the translation pass. It costs
+    ``alignment_layer + 1`` more decoder layers per ``forward``; decoding (``translate``'s
+    search) does not run it. ``Seq2SeqOutput.alignment`` holds it, ``[B, T, S]``, before
+    dropout, zero on padded source positions; the translation pass is unchanged.
 
     Efficient attention (``attnkit.efficient``): ``attention`` is the kind of every encoder
     self-attention, ``decoder_attention`` that of every decoder self-attention (one of
@@ -85,6 +130,10 @@ class TransformerSeq2Seq(nn.Module):
         pad_id, bos_id, eos_id: special ids.
         attention: kind of the encoder's self-attention (``"exact"`` or an efficient kind).
         decoder_attention: kind of the decoder's self-attention (one of :data:`DECODER_KINDS`).
+        alignment_layer: the decoder layer of the alignment head, 0 = the bottom one; negative
+            counts from the top (Garg et al.'s choice, the penultimate layer, is ``-2``).
+            ``None`` (default): no alignment head, ``Seq2SeqOutput.alignment`` is ``None``.
+        alignment_head: which head of that layer's cross-attention, ``0 <= h < nhead``.
 
     Shapes: as :class:`~attnkit.models.RNNSeq2Seq`: ``source [B, S]``, ``source_lengths [B]``,
     ``target_in [B, T]`` → ``logits [B, T, V]``, ``weights [B, T, S]``.
@@ -107,6 +156,8 @@ class TransformerSeq2Seq(nn.Module):
         eos_id: int = 3,
         attention: str = "exact",
         decoder_attention: str = "exact",
+        alignment_layer: int | None = None,
+        alignment_head: int = 0,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -123,6 +174,9 @@ class TransformerSeq2Seq(nn.Module):
         if d_model % nhead:
             raise ValueError(f"d_model ({d_model}) must be divisible by nhead ({nhead})")
         check_decoder_attention(decoder_attention)
+        self.alignment_layer, self.alignment_head = _alignment_head(
+            alignment_layer, alignment_head, num_layers, nhead
+        )
         self.attention, self.decoder_attention = attention, decoder_attention
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.vocab_sizes = (source_vocab_size, target_vocab_size)
@@ -181,6 +235,9 @@ class TransformerSeq2Seq(nn.Module):
         """Teacher-forced logits and the last layer's cross-attention (class docstring)."""
         check_batch(source, source_lengths, target_in, vocab_sizes=self.vocab_sizes)
         memory, padding = self.encode(source, source_lengths)
+        alignment = None
+        if self.alignment_layer is not None:  # first, so the translation pass is the latest call
+            alignment = self._alignment(target_in, memory, padding)
         # the last layer's cross-attention weights, asked of its module (as Hugging Face models
         # do with output_attentions): in the autograd graph, so an alignment loss on them
         # (supervised attention) has gradients
@@ -194,7 +251,33 @@ class TransformerSeq2Seq(nn.Module):
         assert isinstance(decoded, tuple)
         hidden, per_head = decoded
         weights = per_head.mean(1)  # [B, H, T, S] → [B, T, S]
-        return Seq2SeqOutput(logits=self._head(hidden), weights=weights)
+        return Seq2SeqOutput(logits=self._head(hidden), weights=weights, alignment=alignment)
+
+    def _alignment(self, target_in: Tensor, memory: Tensor, padding: Tensor) -> Tensor:
+        """The alignment head's cross-attention ``[B, T, S]`` with the full target context: the
+        decoder's layers up to the alignment layer, without the causal mask (class docstring)."""
+        assert self.alignment_layer is not None
+        x = self._embed(self.target_embedding, target_in)
+        target_padding = target_in == self.pad_id
+        layers = self._decoder().layers
+        for layer in layers[: self.alignment_layer]:
+            x = layer(
+                x,
+                memory,
+                tgt_key_padding_mask=target_padding,
+                memory_key_padding_mask=padding,
+                tgt_is_causal=False,
+            )
+        # asked of the layer's own module, per head, before dropout (as the main pass does)
+        _, per_head = layers[self.alignment_layer](
+            x,
+            memory,
+            tgt_key_padding_mask=target_padding,
+            memory_key_padding_mask=padding,
+            tgt_is_causal=False,
+            need_weights=True,
+        )
+        return per_head[:, self.alignment_head]
 
     def step_function(
         self, memory: Tensor, padding: Tensor, incremental: bool

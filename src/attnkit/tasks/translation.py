@@ -8,16 +8,20 @@ attention, or the Transformer.
 
 The objective (:func:`batch_loss`) is the token-level cross-entropy of the reference; with
 supervised attention (survey §4.2, Liu et al. 2016; Mi et al. 2016) the joint loss adds
-``λ · L_attention(attention weights, alignment targets)``, the targets being IBM Model 1 links
-cached in the run as ``links.pharaoh``. The final evaluation (:func:`evaluate_run`) is BLEU,
-the teacher-forced loss and, on the Hansards gold, the alignment error rate of the attention;
-the report shows the alignment matrices of a few translations (:data:`SHOWCASE`).
+``λ · L_attention(attention weights, alignment targets)``, the targets being a statistical
+teacher's links of the training pairs (``data.supervision``: IBM Model 1 or fast_align, one
+direction or both symmetrized, ``data.symmetrization``) cached in the run as ``links.pharaoh``;
+a Transformer with an alignment head (Garg et al. 2019, ``model.alignment_layer``) has that head
+supervised instead of its last layer's averaged attention. The final evaluation
+(:func:`evaluate_run`) is BLEU, the teacher-forced loss and, on the Hansards gold, the alignment
+error rate of the attention (of the alignment head when the model has one); the report shows
+the alignment matrices of a few translations (:data:`SHOWCASE`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,10 +33,12 @@ from torch import Tensor, nn
 from attnkit.checkpoint import atomic_write
 from attnkit.config import ConfigError, RNNModelConfig, RunConfig, TransformerModelConfig
 from attnkit.data.batching import Batch, Batches, encode
-from attnkit.data.corpus import Example, Vocabularies
+from attnkit.data.corpus import Example, Links, Vocabularies
+from attnkit.data.fast_align import FastAlign
 from attnkit.data.hansards import load_hansards, missing_files
 from attnkit.data.ibm_model1 import IBMModel1
 from attnkit.data.pharaoh import format_pharaoh, parse_pharaoh
+from attnkit.data.symmetrize import symmetrize, transpose_links
 from attnkit.data.tatoeba import load_tatoeba
 from attnkit.data.tokenize import tokenize
 from attnkit.data_parallel import DataParallel
@@ -93,6 +99,8 @@ def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
         max_length=m.max_length,
         attention=m.attention,
         decoder_attention=m.decoder_attention,
+        alignment_layer=m.alignment_layer,
+        alignment_head=m.alignment_head,
     )
 
 
@@ -119,16 +127,17 @@ def batch_loss(
     loss = nll
     parts = {"nll": nll}
     weight = config.train.supervised_weight
+    # a model with an alignment head (Garg et al. 2019) supervises that head, others their
+    # attention weights
+    attention = out.weights if out.alignment is None else out.alignment
     if weight > 0 and batch.alignment is not None:
         rows = (batch.alignment.sum(-1) > 0).sum()
         all_rows = parallel.total(rows)
         if all_rows > 0:
             attention_loss = (
-                supervised_attention_loss(
-                    out.weights, batch.alignment, config.train.supervised_kind
-                )
+                supervised_attention_loss(attention, batch.alignment, config.train.supervised_kind)
                 if rows > 0
-                else out.weights.sum() * 0.0  # this rank has no gold row: no contribution
+                else attention.sum() * 0.0  # this rank has no gold row: no contribution
             ) * (rows * parallel.world / all_rows)
             loss = loss + weight * attention_loss
             parts["attention_loss"] = attention_loss
@@ -169,11 +178,39 @@ def showcase(config: RunConfig, examples: Mapping[str, Sequence[Example]]) -> li
     return [list(e.source) for e in examples["test"][:4]]
 
 
+def teacher(config: RunConfig) -> Callable[[], IBMModel1 | FastAlign]:
+    """A constructor of the configured statistical aligner (``data.supervision``)."""
+    data = config.data
+    if data.supervision == "fast_align":
+        return lambda: FastAlign(alpha=data.aligner_alpha)
+    if data.supervision == "ibm_model1":
+        return IBMModel1
+    raise ValueError(f"data.supervision: no teacher is configured, got {data.supervision!r}")
+
+
+def teacher_links(config: RunConfig, train: Sequence[Example]) -> list[Links]:
+    """The teacher's links ``(source, target)`` of every training pair: the source→target
+    model's Viterbi links, or with ``data.symmetrization`` both directions' combined (the
+    target→source model's links transposed, :func:`attnkit.data.symmetrize.symmetrize`)."""
+    make, iterations = teacher(config), config.data.aligner_iterations
+    pairs = [(e.source, e.target) for e in train]
+    forward = make().fit(pairs, iterations=iterations)
+    forward_links = [forward.align(s, t) for s, t in pairs]
+    method = config.data.symmetrization
+    if method is None:
+        return forward_links
+    backward = make().fit([(t, s) for s, t in pairs], iterations=iterations)
+    return [
+        frozenset(symmetrize(links, transpose_links(backward.align(t, s)), method))
+        for links, (s, t) in zip(forward_links, pairs, strict=True)
+    ]
+
+
 def alignment_targets(
     config: RunConfig, directory: Path, train: Sequence[Example], log: Log
 ) -> list[Example]:
-    """Training examples with ``links`` from the configured aligner (IBM Model 1), cached in
-    ``directory / "links.pharaoh"``, one Pharaoh line per pair."""
+    """Training examples with ``links`` from the configured teacher (:func:`teacher_links`),
+    cached in ``directory / "links.pharaoh"``, one Pharaoh line per pair."""
     cache = directory / "links.pharaoh"
     if cache.is_file():
         lines = cache.read_text(encoding="utf-8").splitlines()
@@ -183,12 +220,17 @@ def alignment_targets(
                 for e, line in zip(train, lines, strict=True)
             ]
     start = time.perf_counter()
-    aligner = IBMModel1().fit(
-        [(e.source, e.target) for e in train], iterations=config.data.aligner_iterations
-    )
-    linked = [replace(e, links=frozenset(aligner.align(e.source, e.target))) for e in train]
+    linked = [
+        replace(e, links=frozenset(links))
+        for e, links in zip(train, teacher_links(config, train), strict=True)
+    ]
     atomic_write(cache, "\n".join(format_pharaoh(e.links or ()) for e in linked) + "\n")
-    log(f"IBM Model 1 alignments of {len(train)} pairs in {time.perf_counter() - start:.0f} s")
+    data = config.data
+    directions = f", {data.symmetrization} of both directions" if data.symmetrization else ""
+    log(
+        f"{data.supervision} alignments{directions} of {len(train)} pairs in "
+        f"{time.perf_counter() - start:.0f} s"
+    )
     return linked
 
 
