@@ -254,7 +254,7 @@ def prepare(
             half = q.dtype in (torch.float16, torch.bfloat16)
             bias = torch.where(allowed, mask, torch.zeros_like(mask))
             bias = bias.to(torch.float32 if half else q.dtype)
-            if allowed.device.type != "meta" and bool(allowed.all()):
+            if known_values(allowed) and bool(allowed.all()):
                 allowed = None
     if mask_mod is not None:
         # Fail here, on the first block, rather than deep inside a backend.
@@ -283,11 +283,21 @@ def prepare(
     return call if call.finite else _without_unreachable_keys(call)
 
 
+def known_values(t: Tensor) -> bool:
+    """Whether Python may branch on ``t``'s values: not on ``meta`` (it has none), not while
+    ``torch.compile`` traces (a branch on values cannot be traced: the code takes the path that
+    is exact for every value instead)."""
+    return t.device.type != "meta" and not torch.compiler.is_compiling()
+
+
 def _all_finite(*tensors: Tensor | None) -> bool:
-    """No NaN or infinity in any of ``tensors`` (``True`` on ``meta``).
+    """No NaN or infinity in any of ``tensors`` (``True`` on ``meta``; ``False`` while
+    ``torch.compile`` traces, so the traced path is the one exact for non-finite inputs too).
 
     One float64 sum per tensor: it is non-finite exactly when an element is (a float64 sum of
     float32 or smaller numbers cannot overflow), and costs one read of the inputs, no copy."""
+    if torch.compiler.is_compiling():
+        return False
     present = [t for t in tensors if t is not None and t.numel() and t.device.type != "meta"]
     if not present:
         return True

@@ -52,6 +52,9 @@ class Backend:
     half_float_mask: bool = True  # adds a float mask to half-precision scores exactly
     dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
     devices: tuple[str, ...] | None = None  # device types; None: any
+    # runs under torch.compile: no Python branch on tensor values (the others read values to
+    # choose a kernel or skip blocks, which dynamo cannot trace)
+    traceable: bool = False
 
     def reasons(self, call: AttentionCall) -> list[str]:
         """Why this backend cannot compute ``call`` (empty when it can)."""
@@ -80,6 +83,8 @@ class Backend:
             why.append(f"dtype {call.q.dtype} is not supported")
         if self.devices is not None and call.q.device.type not in self.devices:
             why.append(f"device {call.q.device.type!r} is not supported")
+        if not self.traceable and torch.compiler.is_compiling():
+            why.append("torch.compile is tracing (this backend branches on tensor values)")
         return why
 
 
@@ -114,6 +119,7 @@ BACKENDS: list[Backend] = [
         "reference",
         "the materialised formula, eq. (2)-(4): every score, alignment and option",
         reference_attention,
+        traceable=True,
     ),
 ]
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.core.align import Softmax
-from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.call import AttentionCall, AttentionOutput, known_values
 from attnkit.core.masks import index_grids
 from attnkit.core.summary import summarize
 
@@ -88,7 +88,9 @@ def weighted_values(
         return torch.einsum("bhmnd,bhnd->bhmd", x, y) if multi else x @ y
 
     if finite is None:
-        finite = v.device.type == "meta" or bool(torch.isfinite(v).all())
+        finite = v.device.type == "meta" or (
+            known_values(v) and bool(torch.isfinite(v).all())
+        )
     if finite:
         return product(a, v)
     ok = torch.isfinite(v)
