@@ -173,7 +173,9 @@ def attend_rows(
         summary = summarize(a if a.dim() == 4 else a.mean(-1), call.summary)
     return AttentionOutput(
         context=context.to(call.q.dtype),
-        weights=a.to(call.q.dtype) if call.return_weights else None,
+        weights=(a_used if call.weights_after_dropout else a).to(call.q.dtype)
+        if call.return_weights
+        else None,
         lse=lse,
         log_prob=log_prob,
         summary=summary,
