@@ -88,9 +88,7 @@ def weighted_values(
         return torch.einsum("bhmnd,bhnd->bhmd", x, y) if multi else x @ y
 
     if finite is None:
-        finite = v.device.type == "meta" or (
-            known_values(v) and bool(torch.isfinite(v).all())
-        )
+        finite = v.device.type == "meta" or (known_values(v) and bool(torch.isfinite(v).all()))
     if finite:
         return product(a, v)
     ok = torch.isfinite(v)
