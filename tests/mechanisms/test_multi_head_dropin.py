@@ -141,7 +141,10 @@ def compile_inputs(case: dict) -> dict:
 @pytest.mark.parametrize(
     "case,need_weights",
     list(itertools.product(COMPILE_CASES, [False, True])),
-    ids=[f"{c}-{'weights' if w else 'no_weights'}" for c, w in itertools.product(COMPILE_CASES, [0, 1])],
+    ids=[
+        f"{c}-{'weights' if w else 'no_weights'}"
+        for c, w in itertools.product(COMPILE_CASES, [0, 1])
+    ],
 )
 def test_compile_fullgraph_equals_eager(case, need_weights):
     """No graph break (fullgraph) and no data-dependent branch in the traced path; dynamo traces
