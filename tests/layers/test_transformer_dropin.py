@@ -132,7 +132,7 @@ def test_extras_keep_working_beside_the_blocks():
     decoder = TransformerDecoderLayer(E, H, FF, dropout=0.3, batch_first=True).train()
     tgt, memory = x_of(N, L, E), x_of(N, S, E, seed=2)
     torch.manual_seed(0)
-    out, weights = decoder(tgt, memory, need_weights=True)
+    _, weights = decoder(tgt, memory, need_weights=True)
     torch.testing.assert_close(weights.sum(-1), torch.ones(N, H, L), rtol=0, atol=1e-6)
     decoder.eval()
     torch.testing.assert_close(decoder(tgt, memory, need_weights=True)[0], decoder(tgt, memory))
