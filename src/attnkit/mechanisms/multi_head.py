@@ -378,6 +378,10 @@ class MultiHeadAttention(nn.Module):
             k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], 2)
             v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], 2)
 
+        dropout = self.dropout if self.training else 0.0
+        # only asked when it changes the weights: kinds other than exact take no such option
+        asked = need_weights and weights_after_dropout and dropout > 0
+        dropped = {"weights_after_dropout": True} if asked else {}
         out = self.attention_kind(  # eq. (39), every head at once
             q,
             k,
@@ -386,9 +390,9 @@ class MultiHeadAttention(nn.Module):
             align=self.align,
             mask=engine_mask(allowed, bias, extra),
             causal=causal,
-            dropout=self.dropout if self.training else 0.0,
+            dropout=dropout,
             return_weights=need_weights,
-            **({"weights_after_dropout": True} if need_weights and weights_after_dropout else {}),
+            **dropped,
         )
         context = out.context  # [N, H, L, d_v]
         if self.batch_first or not batched:
