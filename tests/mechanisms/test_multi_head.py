@@ -538,7 +538,9 @@ def test_padded_keys_get_zero_weight_and_zero_gradient(score):
 
 
 def test_dropout_only_in_training():
-    """Dropout acts on the weights in training mode only; returned weights are before dropout."""
+    """Dropout acts on the weights in training mode only; ``weights_after_dropout=False`` returns
+    them before dropout (rows sum to 1). After dropout (the default) is tested against torch in
+    test_multi_head_dropin.py."""
     torch.manual_seed(0)
     reference, ours = torch_and_ours(dropout=0.5, batch_first=True)
     query, key, value, _ = make_inputs(reference, {}, F32)
@@ -546,7 +548,7 @@ def test_dropout_only_in_training():
     torch.testing.assert_close(eval_out, reference(query, key, value)[0], rtol=0, atol=1e-5)
     ours.train()
     torch.manual_seed(1)
-    train_out, weights = ours(query, key, value)
+    train_out, weights = ours(query, key, value, weights_after_dropout=False)
     assert (train_out - eval_out).abs().max() > 1e-3
     torch.testing.assert_close(weights.sum(-1), torch.ones(N, L), rtol=0, atol=1e-6)
 

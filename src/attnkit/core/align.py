@@ -32,9 +32,10 @@ from attnkit.core.scores import Additive
 
 
 def possibly(t: Tensor) -> bool:
-    """``bool(t.any())``, but ``True`` for ``meta`` tensors, whose values are unknown: guards a
-    rarely needed fix-up (non-finite scores) without reading values that do not exist."""
-    return t.device.type == "meta" or bool(t.any())
+    """``bool(t.any())``, but ``True`` for ``meta`` tensors, whose values are unknown, and under
+    ``torch.compile``, which cannot branch on values: guards a rarely needed fix-up (non-finite
+    scores) without reading values that do not exist (the fix-up is exact either way)."""
+    return t.device.type == "meta" or torch.compiler.is_compiling() or bool(t.any())
 
 
 def _shifted(e: Tensor, dim: int = -1) -> Tensor:

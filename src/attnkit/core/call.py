@@ -26,7 +26,8 @@ class AttentionOutput:
     Attributes:
         context: ``c`` of eq. (4), ``[B, H, M, d_v]`` (``[B, M, d_v]`` for 3-D inputs).
         weights: ``a`` of eq. (3), ``[B, H, M, N]`` (``[B, H, M, N, d_v]`` multi-dimensional),
-            only when ``return_weights=True``; before dropout.
+            only when ``return_weights=True``; before dropout, unless the call asked for
+            ``weights_after_dropout`` (then the dropped, rescaled weights that multiplied ``v``).
         lse: log-sum-exp of each query's admissible scores ``[B, H, M]`` (``-inf`` when it has no
             admissible key), for softmax alignment; lets partial results over disjoint key sets be
             merged exactly. ``None`` when the alignment is not a softmax or the backend has none.
@@ -70,6 +71,8 @@ class AttentionCall:
     three_d: bool  # inputs were [B, L, d]: outputs drop the head dimension
     summary: str | None = None  # "column_sum" | "entropy" | "argmax"
     return_lse: bool = False
+    # the returned weights are the dropped ones that multiplied v (torch's MHA returns those)
+    weights_after_dropout: bool = False
     # q, k, v and the float mask hold only finite numbers (assumed on "meta", which has no
     # values). Fused kernels are only trusted with finite inputs (see sdpa.py).
     finite: bool = True
@@ -213,6 +216,7 @@ def prepare(
     return_weights: bool = False,
     return_lse: bool = False,
     summary: str | None = None,
+    weights_after_dropout: bool = False,
 ) -> AttentionCall:
     """Check the arguments of :func:`attnkit.attention` and normalise them (see module doc)."""
     _check_tensors(q, k, v)
@@ -254,7 +258,7 @@ def prepare(
             half = q.dtype in (torch.float16, torch.bfloat16)
             bias = torch.where(allowed, mask, torch.zeros_like(mask))
             bias = bias.to(torch.float32 if half else q.dtype)
-            if allowed.device.type != "meta" and bool(allowed.all()):
+            if known_values(allowed) and bool(allowed.all()):
                 allowed = None
     if mask_mod is not None:
         # Fail here, on the first block, rather than deep inside a backend.
@@ -278,16 +282,27 @@ def prepare(
         three_d=three_d,
         summary=summary,
         return_lse=return_lse,
+        weights_after_dropout=bool(weights_after_dropout),
         finite=_all_finite(q, k, v, bias),
     )
     return call if call.finite else _without_unreachable_keys(call)
 
 
+def known_values(t: Tensor) -> bool:
+    """Whether Python may branch on ``t``'s values: not on ``meta`` (it has none), not while
+    ``torch.compile`` traces (a branch on values cannot be traced: the code takes the path that
+    is exact for every value instead)."""
+    return t.device.type != "meta" and not torch.compiler.is_compiling()
+
+
 def _all_finite(*tensors: Tensor | None) -> bool:
-    """No NaN or infinity in any of ``tensors`` (``True`` on ``meta``).
+    """No NaN or infinity in any of ``tensors`` (``True`` on ``meta``; ``False`` while
+    ``torch.compile`` traces, so the traced path is the one exact for non-finite inputs too).
 
     One float64 sum per tensor: it is non-finite exactly when an element is (a float64 sum of
     float32 or smaller numbers cannot overflow), and costs one read of the inputs, no copy."""
+    if torch.compiler.is_compiling():
+        return False
     present = [t for t in tensors if t is not None and t.numel() and t.device.type != "meta"]
     if not present:
         return True

@@ -45,6 +45,7 @@ class Backend:
     aligns: tuple[type[Align], ...] | None = None  # None: every alignment
     multi_dimensional: bool = True
     weights: bool = True
+    dropped_weights: bool = True  # can return the weights after dropout (whole rows dropped)
     lse: bool = True  # can return the log-sum-exp (softmax alignment)
     score_mod: bool = True
     dropout: bool = True
@@ -52,6 +53,9 @@ class Backend:
     half_float_mask: bool = True  # adds a float mask to half-precision scores exactly
     dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
     devices: tuple[str, ...] | None = None  # device types; None: any
+    # runs under torch.compile: no Python branch on tensor values (the others read values to
+    # choose a kernel or skip blocks, which dynamo cannot trace)
+    traceable: bool = False
 
     def reasons(self, call: AttentionCall) -> list[str]:
         """Why this backend cannot compute ``call`` (empty when it can)."""
@@ -65,6 +69,9 @@ class Backend:
             why.append("multi-dimensional scores need whole rows per feature")
         if not self.weights and call.return_weights:
             why.append("weights were asked for")
+        dropped = call.return_weights and call.weights_after_dropout and call.dropout > 0
+        if not self.dropped_weights and dropped:
+            why.append("the weights after dropout were asked for")
         if not self.lse and call.return_lse:
             why.append("lse was asked for")
         if not self.score_mod and call.score_mod is not None:
@@ -80,6 +87,8 @@ class Backend:
             why.append(f"dtype {call.q.dtype} is not supported")
         if self.devices is not None and call.q.device.type not in self.devices:
             why.append(f"device {call.q.device.type!r} is not supported")
+        if not self.traceable and torch.compiler.is_compiling():
+            why.append("torch.compile is tracing (this backend branches on tensor values)")
         return why
 
 
@@ -104,6 +113,7 @@ BACKENDS: list[Backend] = [
         tiled_attention,
         aligns=(Softmax,),
         multi_dimensional=False,
+        dropped_weights=False,
     ),
     Backend(
         "chunked",
@@ -114,6 +124,7 @@ BACKENDS: list[Backend] = [
         "reference",
         "the materialised formula, eq. (2)-(4): every score, alignment and option",
         reference_attention,
+        traceable=True,
     ),
 ]
 
@@ -204,6 +215,7 @@ def attention(
     return_weights: bool = False,
     return_lse: bool = False,
     summary: str | None = None,
+    weights_after_dropout: bool = False,
     backend: str | None = None,
 ) -> AttentionOutput:
     """The general attention module (survey eq. 2-4; multi-dimensional eq. 30-32).
@@ -233,6 +245,10 @@ def attention(
             :func:`attnkit.merge_attention`; backends that cannot give it are passed over.
         summary: ``"column_sum"`` ``[B, H, N]``, ``"entropy"`` or ``"argmax"`` ``[B, H, M]`` of the
             weights, without returning them (the tiled backend computes them in its pass).
+        weights_after_dropout: with ``return_weights`` and ``dropout > 0``, return the weights
+            after dropout (zeroed and rescaled by ``1 / (1 - dropout)``: the ones that
+            multiplied ``v``), as ``torch.nn.MultiheadAttention`` does; default: before dropout.
+            Computed on the materialised paths (one ``F.dropout`` over the whole weights).
         backend: force a backend (``"sdpa"``, ``"reference"``); raises if it cannot run the call.
 
     Returns:
@@ -278,6 +294,7 @@ def attention(
         return_weights=return_weights,
         return_lse=return_lse,
         summary=summary,
+        weights_after_dropout=weights_after_dropout,
     )
     chosen = choose_backend(call, backend)
     if observed():  # hooks watch this context (attnkit.core.hooks): they compute the call

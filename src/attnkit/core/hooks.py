@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import fnmatch
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -86,6 +87,23 @@ _SCOPES: ContextVar[tuple[_Scope, ...]] = ContextVar("attnkit_attention_hooks", 
 _RUNNING: ContextVar[tuple[int, ...]] = ContextVar("attnkit_running_modules", default=())
 # modules whose efficient attention kind runs as exact attention (see exact_attention)
 _EXACT: ContextVar[frozenset[int]] = ContextVar("attnkit_exact_attention", default=frozenset())
+# Scopes open in any context of the process. A plain global, read before the ContextVars: while
+# it is 0 no context can be observed, and ``torch.compile`` (which cannot trace ContextVar.get)
+# guards on its value, so code compiled with no scope open is recompiled when one opens.
+_OPEN_SCOPES = 0
+_OPEN_LOCK = threading.Lock()
+
+
+@contextmanager
+def _counted() -> Iterator[None]:
+    global _OPEN_SCOPES
+    with _OPEN_LOCK:
+        _OPEN_SCOPES += 1
+    try:
+        yield
+    finally:
+        with _OPEN_LOCK:
+            _OPEN_SCOPES -= 1
 
 
 def observed() -> bool:
@@ -94,7 +112,7 @@ def observed() -> bool:
     Modules that compute attention outside :func:`attnkit.attention` for speed (a fused
     segment softmax, a cached decoder step) go through it when this is true, so hooks see them.
     """
-    return bool(_SCOPES.get())
+    return _OPEN_SCOPES > 0 and bool(_SCOPES.get())
 
 
 def select_modules(model: nn.Module, modules: ModuleSelection) -> dict[nn.Module, str]:
@@ -157,7 +175,8 @@ def attention_hooks(
         handles.append(module.register_forward_hook(_pop(scope), always_call=True))
     token = _SCOPES.set((*_SCOPES.get(), scope))
     try:
-        yield
+        with _counted():
+            yield
     finally:
         _SCOPES.reset(token)
         for handle in handles:
@@ -257,12 +276,15 @@ def exact_attention(modules: Iterable[nn.Module]) -> Iterator[None]:
     """
     token = _EXACT.set(_EXACT.get() | {id(m) for m in modules})
     try:
-        yield
+        with _counted():
+            yield
     finally:
         _EXACT.reset(token)
 
 
 def runs_exact(module: nn.Module) -> bool:
     """Whether ``module`` is inside an :func:`exact_attention` scope of this context."""
+    if _OPEN_SCOPES == 0:
+        return False
     exact = _EXACT.get()
     return bool(exact) and id(module) in exact

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.core.align import Softmax
-from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.call import AttentionCall, AttentionOutput, known_values
 from attnkit.core.masks import index_grids
 from attnkit.core.summary import summarize
 
@@ -88,7 +88,7 @@ def weighted_values(
         return torch.einsum("bhmnd,bhnd->bhmd", x, y) if multi else x @ y
 
     if finite is None:
-        finite = v.device.type == "meta" or bool(torch.isfinite(v).all())
+        finite = v.device.type == "meta" or (known_values(v) and bool(torch.isfinite(v).all()))
     if finite:
         return product(a, v)
     ok = torch.isfinite(v)
@@ -171,7 +171,9 @@ def attend_rows(
         summary = summarize(a if a.dim() == 4 else a.mean(-1), call.summary)
     return AttentionOutput(
         context=context.to(call.q.dtype),
-        weights=a.to(call.q.dtype) if call.return_weights else None,
+        weights=(a_used if call.weights_after_dropout else a).to(call.q.dtype)
+        if call.return_weights
+        else None,
         lse=lse,
         log_prob=log_prob,
         summary=summary,

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core.align import possibly
-from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.call import AttentionCall, AttentionOutput, known_values
 from attnkit.core.reference import call_scores, compute_dtype, score_features, weighted_values
 
 #: numbers of one block's score tensor [B, H, bq, bk] (times the score's own elements per score)
@@ -109,7 +109,7 @@ class TiledPlan:
             for j, k0 in enumerate(range(0, n, self.block_k)):
                 k1 = min(n, k0 + self.block_k)
                 mask = self.call.mask_block(q0, q1, k0, k1)
-                if mask is not None and mask.device.type != "meta":
+                if mask is not None and known_values(mask):
                     if not bool(mask.any()):
                         continue  # fully masked block: skipped, not computed
                     if bool(mask.all()):

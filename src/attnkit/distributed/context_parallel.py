@@ -105,8 +105,8 @@ class ContextParallelEncoderLayer(nn.Module):
         x = layer._batch_first(x)
         if layer.norm_first:
             x = x + layer.dropout1(self._self_attention(layer.norm1(x), is_causal, length))
-            x = x + layer.dropout2(layer._ff_block(layer.norm2(x)))
+            x = x + layer._ff_block(layer.norm2(x))  # torch's block: its dropout2 included
         else:
             x = layer.norm1(x + layer.dropout1(self._self_attention(x, is_causal, length)))
-            x = layer.norm2(x + layer.dropout2(layer._ff_block(x)))
+            x = layer.norm2(x + layer._ff_block(x))
         return layer._batch_first(x)

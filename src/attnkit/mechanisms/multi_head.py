@@ -29,117 +29,20 @@ from attnkit.core.align import Align, Softmax, build_align
 from attnkit.core.hooks import runs_exact
 from attnkit.core.kinds import EXACT, AttentionKind, create_kind
 from attnkit.core.masks import causal as causal_mask
-from attnkit.core.scores import ScaledDot, Score, build_score
+from attnkit.core.scores import ScaledDot, Score
+from attnkit.mechanisms.head_scores import HeadwiseScore, build_head_scores
+from attnkit.mechanisms.nested import pad_nested
+from attnkit.mechanisms.torch_masks import (
+    add_bias,
+    and_allowed,
+    check_torch_mask,
+    engine_mask,
+    merge_masks,
+    split_torch_mask,
+)
 from attnkit.taxonomy import QueryType
 
-
-class HeadwiseScore(Score):
-    """One score function per head: head ``j`` is scored by ``scores[j]`` (eq. 38-39).
-
-    Lets heads own their score parameters (each head is its own attention module in the survey's
-    Fig. 9) or use different score functions, while all heads still run as one engine call. Each
-    head's own scale (``1/sqrt(d_k)`` of the scaled dot product) is applied inside: folded into
-    the query features when that head's pairwise part is a dot product (so fused dot-product
-    kernels still apply when every head's is), else multiplied into its scores.
-
-    Args:
-        scores: one :class:`~attnkit.core.scores.Score` per head; their features must have one
-            size, and all give one score per key or all the same ``value_features``.
-        d_key: the per-head key size the scales are computed for.
-
-    Shapes: ``q [B, H, M, d_q]``, ``k [B, H, N, d_key]`` (4-D: dim 1 is the head) →
-    ``e [B, H, M, N]`` (``[B, H, M, N, d_v]`` multi-dimensional).
-    """
-
-    def __init__(self, scores: Sequence[Score], d_key: int) -> None:
-        super().__init__()
-        if len(scores) == 0:
-            raise ValueError("HeadwiseScore needs at least one score")
-        self.heads = nn.ModuleList(scores)
-        kinds = {s.value_features for s in scores}
-        if len(kinds) != 1:
-            raise ValueError(
-                "the heads' scores must all give one score per key or all the same number of "
-                f"value features, got value_features {sorted(kinds, key=str)}"
-            )
-        self.value_features = kinds.pop()
-        self.d_key = d_key
-        self.scales = [s.default_scale(d_key) for s in scores]
-        self.parametric = any(s.parametric for s in scores)
-        self.pairwise_is_dot = all(s.pairwise_is_dot for s in scores)
-        self.elements_per_score = max(s.elements_per_score for s in scores)
-        names = dict.fromkeys(s.registry_name for s in scores)  # unique, in head order
-        self.registry_name = "per-head(" + ", ".join(names) + ")"
-
-    @property
-    def _scores(self) -> list[Score]:
-        return [cast(Score, s) for s in self.heads]
-
-    def check(self, d_query: int, d_key: int, n_keys: int) -> None:
-        if d_key != self.d_key:
-            raise ValueError(f"per-head score was built for d_k={self.d_key}, got d_k={d_key}")
-        for s in self._scores:
-            s.check(d_query, d_key, n_keys)
-
-    def _check_heads(self, t: Tensor, what: str) -> None:
-        if t.dim() != 4 or t.shape[1] != len(self.heads):
-            raise ValueError(
-                f"a per-head score of {len(self.heads)} heads needs {what} "
-                f"[B, {len(self.heads)}, L, d], got {tuple(t.shape)}"
-            )
-
-    def features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        self._check_heads(q, "queries")
-        self._check_heads(k, "keys")
-        qs, ks = [], []
-        for j, score in enumerate(self._scores):
-            qf, kf = score.features(q[:, j : j + 1], k[:, j : j + 1])
-            factor = self.scales[j]
-            if score.pairwise_is_dot and factor is not None:
-                qf = qf * factor  # (s q')·k' = s (q'·k'): the scale rides on the query
-            qs.append(qf)
-            ks.append(kf)
-        if len({f.shape[-1] for f in qs}) > 1 or len({f.shape[-1] for f in ks}) > 1:
-            raise ValueError(
-                "the heads' scores must give features of one size, got query features "
-                f"{[f.shape[-1] for f in qs]} and key features {[f.shape[-1] for f in ks]}"
-            )
-        return torch.cat(qs, 1), torch.cat(ks, 1)
-
-    def pairwise(self, qf: Tensor, kf: Tensor, kv_offset: int = 0) -> Tensor:
-        parts = []
-        for j, score in enumerate(self._scores):
-            e = score.pairwise(qf[:, j : j + 1], kf[:, j : j + 1], kv_offset)
-            factor = self.scales[j]
-            if not score.pairwise_is_dot and factor is not None:
-                e = e * factor
-            parts.append(e)
-        return torch.cat(parts, 1)
-
-
-def build_head_scores(spec: object, num_heads: int, d_key: int) -> Score:
-    """The score of a multi-head module whose heads see queries and keys of size ``d_key``.
-
-    A non-parametric name gives one shared object; a parametric name (``"additive"``,
-    ``"general"``, …) one score per head, each with its own parameters; a ``Score`` object is
-    shared by all heads as given; a sequence of ``num_heads`` names/objects gives one per head.
-    """
-    if isinstance(spec, (str, Score)):
-        score = build_score(spec, d_key, d_key)
-        if isinstance(spec, str) and score.parametric:
-            others = [build_score(spec, d_key, d_key) for _ in range(1, num_heads)]
-            return HeadwiseScore([score, *others], d_key)
-        return score
-    if isinstance(spec, Sequence):
-        if len(spec) != num_heads:
-            raise ValueError(
-                f"a score per head needs num_heads={num_heads} scores, got {len(spec)}"
-            )
-        return HeadwiseScore([build_score(s, d_key, d_key) for s in spec], d_key)
-    raise TypeError(
-        "score must be a name, an ak.scores.Score, or a sequence of one per head, "
-        f"got {type(spec).__name__}"
-    )
+__all__ = ["HeadwiseScore", "MultiHeadAttention", "build_head_scores", "engine_mask"]
 
 
 class MultiHeadAttention(nn.Module):
@@ -151,8 +54,10 @@ class MultiHeadAttention(nn.Module):
     in every configuration torch supports and gives the same outputs and weights. Differences, by
     design: a query whose keys are all masked gets a zero context (so its output is
     ``out_proj.bias``) and zero weights, never NaN (torch: pytorch/pytorch#41508); ``is_causal``
-    without ``attn_mask`` applies a bottom-right causal mask (torch raises); returned weights are
-    before dropout.
+    without ``attn_mask`` applies a bottom-right causal mask (torch raises); nested-tensor inputs
+    are accepted in every mode, for self- and cross-attention (torch: its eval fast path only).
+    In training mode the returned weights are after dropout, as torch's (the ones that multiplied
+    the values; ``weights_after_dropout=False`` returns them before).
 
     Args:
         embed_dim: ``E``, size of the queries and of the output.
@@ -402,6 +307,8 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         average_attn_weights: bool = True,
         is_causal: bool = False,
+        *,
+        weights_after_dropout: bool = True,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend ``key``/``value`` with ``query`` in every head and combine (eq. 38-40).
 
@@ -420,6 +327,16 @@ class MultiHeadAttention(nn.Module):
             is_causal: a hint that ``attn_mask`` is the causal mask (the mask is applied as
                 given); without ``attn_mask``, a causal mask (bottom-right: query ``i`` sees keys
                 ``j <= i + S - L``, top-left = bottom-right when ``L == S``).
+            weights_after_dropout: in training mode with ``dropout > 0``, return the weights
+                after dropout (zeroed and rescaled: the ones that multiplied the values), as
+                torch does; ``False``: before dropout (e.g. an alignment to read or supervise).
+
+        Nested tensors: ``query``, ``key``, ``value`` may be nested batches (``torch.nested``,
+        strided or jagged, ``batch_first`` only) of sequences ``[L_i, E]`` (query) and
+        ``[S_i, kdim]`` (key, value); the output is nested like ``query`` and the weights are
+        padded ``[N, max L_i, max S_i]``, zero past each sequence's end (torch's fast path).
+        ``key_padding_mask`` and ``attn_mask`` are refused with them (the nesting says what is
+        padding); ``is_causal`` needs ``key is query``.
 
         Returns:
             ``(attn_output, attn_weights)``: ``attn_output`` shaped like ``query`` with ``E``
@@ -427,6 +344,11 @@ class MultiHeadAttention(nn.Module):
             key when enabled; without the ``N`` axis unbatched), or ``None`` if not
             ``need_weights``.
         """
+        if any(isinstance(t, Tensor) and t.is_nested for t in (query, key, value)):
+            return self._forward_nested(
+                query, key, value, key_padding_mask, need_weights, attn_mask,
+                average_attn_weights, is_causal, weights_after_dropout,
+            )  # fmt: skip
         expected = self.out_proj.weight.dtype  # the projections' dtype (autocast casts itself)
         for name, t in (("query", query), ("key", key), ("value", value)):
             if isinstance(t, Tensor) and (
@@ -456,6 +378,10 @@ class MultiHeadAttention(nn.Module):
             k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], 2)
             v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], 2)
 
+        dropout = self.dropout if self.training else 0.0
+        # only asked when it changes the weights: kinds other than exact take no such option
+        asked = need_weights and weights_after_dropout and dropout > 0
+        dropped = {"weights_after_dropout": True} if asked else {}
         out = self.attention_kind(  # eq. (39), every head at once
             q,
             k,
@@ -464,8 +390,9 @@ class MultiHeadAttention(nn.Module):
             align=self.align,
             mask=engine_mask(allowed, bias, extra),
             causal=causal,
-            dropout=self.dropout if self.training else 0.0,
+            dropout=dropout,
             return_weights=need_weights,
+            **dropped,
         )
         context = out.context  # [N, H, L, d_v]
         if self.batch_first or not batched:
@@ -480,6 +407,63 @@ class MultiHeadAttention(nn.Module):
             output = output.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
         return output, weights
+
+    def _forward_nested(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Tensor | None,
+        need_weights: bool,
+        attn_mask: Tensor | None,
+        average_attn_weights: bool,
+        is_causal: bool,
+        weights_after_dropout: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """:meth:`forward` of nested batches: padded, the padded keys masked out, and the
+        output cut back to each query sequence's length (see ``attnkit.mechanisms.nested``)."""
+        if not all(t.is_nested for t in (query, key, value)):
+            raise TypeError("query, key and value must all be nested tensors, or none of them")
+        if not self.batch_first:
+            raise ValueError("nested tensors need batch_first=True (a nested batch is [N, L_i, E])")
+        if key_padding_mask is not None or attn_mask is not None:
+            raise ValueError(
+                "nested inputs take no key_padding_mask or attn_mask: their lengths say which "
+                "positions exist (pad them yourself to pass masks)"
+            )
+        if is_causal and key is not query:
+            raise ValueError("is_causal with nested inputs needs self-attention (key is query)")
+        queries = pad_nested(query, "query")
+        keys = queries if key is query else pad_nested(key, "key")
+        values = keys if value is key else pad_nested(value, "value")
+        if keys.lengths != values.lengths or len(queries.lengths) != len(keys.lengths):
+            raise ValueError(
+                f"key and value must hold sequences of the same lengths, and query as many: got "
+                f"{queries.lengths}, {keys.lengths}, {values.lengths}"
+            )
+        q = queries.values
+        k = q if keys is queries else keys.values
+        v = k if values is keys else values.values
+        out, weights = self(
+            q, k, v,
+            key_padding_mask=keys.padding,
+            need_weights=need_weights,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+            weights_after_dropout=weights_after_dropout,
+        )  # fmt: skip
+        if weights is not None:  # torch's fast path: no weight at a query past the end
+            real = ~queries.padding  # [N, L]
+            weights = weights * (real[:, None, :, None] if weights.dim() == 4 else real[..., None])
+        return queries.nested(out), weights
+
+    def merge_masks(
+        self, attn_mask: Tensor | None, key_padding_mask: Tensor | None, query: Tensor
+    ) -> tuple[Tensor | None, int | None]:
+        """torch's ``merge_masks``: ``(merged_mask, mask_type)`` from ``attn_mask [L, L]`` or
+        ``[N·H, L, L]`` and ``key_padding_mask [N, L]`` in torch's conventions (see
+        :func:`attnkit.mechanisms.torch_masks.merge_masks`; ``query [N, L, E]``)."""
+        return merge_masks(self.num_heads, attn_mask, key_padding_mask, query)
 
     def _batch_first(
         self, query: Tensor, key: Tensor, value: Tensor
@@ -532,15 +516,15 @@ class MultiHeadAttention(nn.Module):
         h = self.num_heads
         if key_padding_mask is not None:
             expected = (n, src) if batched else (src,)
-            m = _check_torch_mask("key_padding_mask", key_padding_mask, [expected], query)
-            a, b = _split_torch_mask(m.reshape(n, 1, 1, src), query.dtype)
-            allowed, bias = _and(allowed, a), _add(bias, b)
+            m = check_torch_mask("key_padding_mask", key_padding_mask, [expected], query)
+            a, b = split_torch_mask(m.reshape(n, 1, 1, src), query.dtype)
+            allowed, bias = and_allowed(allowed, a), add_bias(bias, b)
         if attn_mask is not None:
             heads = (n * h, length, src) if batched else (h, length, src)
-            m = _check_torch_mask("attn_mask", attn_mask, [(length, src), heads], query)
+            m = check_torch_mask("attn_mask", attn_mask, [(length, src), heads], query)
             m = m.reshape(1, 1, length, src) if m.dim() == 2 else m.reshape(n, h, length, src)
-            a, b = _split_torch_mask(m, query.dtype)
-            allowed, bias = _and(allowed, a), _add(bias, b)
+            a, b = split_torch_mask(m, query.dtype)
+            allowed, bias = and_allowed(allowed, a), add_bias(bias, b)
         return allowed, bias
 
 
@@ -553,57 +537,3 @@ def _reshaped(
     k = q if key is query else fn(key)
     v = k if value is key else q if value is query else fn(value)
     return q, k, v
-
-
-def _check_torch_mask(
-    name: str, mask: Tensor, shapes: list[tuple[int, ...]], query: Tensor
-) -> Tensor:
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
-    if not (mask.dtype == torch.bool or mask.is_floating_point()):
-        raise TypeError(
-            f"{name} must be bool (True = ignore, torch's convention) or floating (added to the "
-            f"scores), got dtype {mask.dtype}"
-        )
-    if tuple(mask.shape) not in shapes:
-        expected = " or ".join(str(s) for s in shapes)
-        raise ValueError(f"{name} must have shape {expected}, got {tuple(mask.shape)}")
-    if mask.device != query.device:
-        raise ValueError(
-            f"{name} must be on the device of query ({query.device}), got {mask.device}"
-        )
-    return mask
-
-
-def _split_torch_mask(mask: Tensor, dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
-    """A torch-convention mask as ``(allowed, bias)``: bool True = ignore becomes allowed =
-    False; a float mask is a bias."""
-    if mask.dtype == torch.bool:
-        return ~mask, None
-    return None, mask.to(dtype)
-
-
-def _and(a: Tensor | None, b: Tensor | None) -> Tensor | None:
-    if a is None:
-        return b
-    return a if b is None else a & b
-
-
-def _add(a: Tensor | None, b: Tensor | None) -> Tensor | None:
-    if a is None:
-        return b
-    return a if b is None else a + b
-
-
-def engine_mask(allowed: Tensor | None, bias: Tensor | None, extra: int = 0) -> Tensor | None:
-    """One mask for :func:`attnkit.attention` (bool, or float with ``-inf`` for removed keys)
-    from :meth:`MultiHeadAttention._masks`' torch-convention parts, with ``extra`` admissible keys
-    appended (``bias_k`` and the zero key, as torch pads)."""
-    if extra:
-        allowed = None if allowed is None else F.pad(allowed, (0, extra), value=True)
-        bias = None if bias is None else F.pad(bias, (0, extra), value=0.0)
-    if bias is None:
-        return allowed
-    if allowed is None:
-        return bias
-    return torch.where(allowed, bias, float("-inf"))  # broadcasts both: [N,1,1,S] with [1,1,L,S]
