@@ -61,3 +61,41 @@ def test_scalars_and_attention_images_are_read_back(tmp_path) -> None:
 def test_bad_input_is_refused(tmp_path, call, error) -> None:
     with TensorBoardLogger(tmp_path) as tb, pytest.raises(error):
         call(tb)
+
+
+def test_attnkit_train_tensorboard_logs_the_run_and_the_reports_heatmaps(tmp_path) -> None:
+    """``attnkit train --tensorboard`` through the real command: the event file holds the
+    training and validation scalars, and an alignment heatmap per evaluation."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = {
+        "name": "tb",
+        "seed": 5,
+        "data": {"corpus": "tatoeba", "max_length": 6, "max_pairs": 200},
+        "model": {"kind": "rnn", "style": "luong", "score": "general", "embed_dim": 16,
+                  "hidden_dim": 16, "dropout": 0.0},
+        "train": {"steps": 4, "batch_size": 16, "lr": 0.01, "log_every": 1, "eval_every": 2},
+        "decode": {"max_length": 8, "max_eval_sentences": 10},
+    }  # fmt: skip
+    path = tmp_path / "tb.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run_dir, flags = tmp_path / "run", ["--tensorboard", "--quiet"]
+    done = subprocess.run(
+        [sys.executable, "-m", "attnkit", "train", str(path), "--run-dir", str(run_dir), *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    events = read(run_dir / "tensorboard")
+    scalars = events.Tags()["scalars"]
+    assert {"train/loss", "train/lr", "valid/loss"} <= set(scalars)
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3, 4]
+    assert [e.step for e in events.Scalars("valid/loss")] == [2, 4]
+    heatmaps = [tag for tag in events.Tags()["images"] if tag.startswith("attention/alignment/")]
+    assert heatmaps, events.Tags()["images"]
+    assert [e.step for e in events.Images(heatmaps[0])] == [2, 4]
+    assert not list(run_dir.glob(".tensorboard-*"))  # the scratch folders are gone

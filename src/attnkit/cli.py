@@ -27,7 +27,8 @@ def _demo(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> int:
     from attnkit.config import load_config
 
-    config = load_config(args.config, args.set)  # validated before torch is imported
+    overrides = [*(args.set or []), *(["train.tensorboard=true"] if args.tensorboard else [])]
+    config = load_config(args.config, overrides)  # validated before torch is imported
     if args.check:
         return _check(args, config)
     from attnkit.train import train
@@ -183,6 +184,8 @@ def _zoo(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    if (args.run_dir is None) == (args.hf is None):
+        raise ValueError("explain takes a RUN_DIR or --hf MODEL_DIR (one of the two)")
     if args.output is not None:
         # refused as torch.save and matplotlib's savefig refuse it: no folder is made on a typo
         folder = os.path.dirname(os.path.abspath(args.output))
@@ -190,6 +193,12 @@ def _explain(args: argparse.Namespace) -> int:
             raise ValueError(f"--output: the folder {folder} does not exist (create it first)")
         if os.path.isdir(args.output):
             raise ValueError(f"--output: {args.output} is a folder; give a file name (.html)")
+    if args.hf is not None:
+        from attnkit.integrations.huggingface import explain_model
+
+        path = explain_model(args.hf, args.input, output=args.output)
+        print(f"attention viewer: {path}")
+        return 0
     from attnkit.run import explain_run
 
     path = explain_run(args.run_dir, args.input, output=args.output, beam_size=args.beam)
@@ -287,6 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop after this step with a checkpoint (resume later)",
     )
     train.add_argument(
+        "--tensorboard",
+        action="store_true",
+        help="log the training and evaluation scalars and, at each evaluation, the report's "
+        "attention heatmaps to RUN_DIR/tensorboard (as --set train.tensorboard=true)",
+    )
+    train.add_argument(
         "--check",
         action="store_true",
         help="validate the configuration and read its data (with --resume: compare the run's "
@@ -362,8 +377,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="translate an input with a trained run and write its attention maps as one "
         "self-contained interactive HTML page",
     )
-    explain.add_argument("run_dir", help="a run directory")
-    explain.add_argument("--input", required=True, help="an English sentence")
+    explain.add_argument("run_dir", nargs="?", default=None, help="a run directory")
+    explain.add_argument(
+        "--hf",
+        metavar="MODEL_DIR",
+        default=None,
+        help="instead of a run: a local Hugging Face model directory (encoder or decoder; every "
+        "layer and head, the model's own tokens; needs the hf extra)",
+    )
+    explain.add_argument("--input", required=True, help="an English sentence (any text with --hf)")
     explain.add_argument("--output", default=None, help="HTML path (default: in the run dir)")
     explain.add_argument(
         "--beam", type=_positive_int, default=None, help="beam size (default: config)"

@@ -398,6 +398,11 @@ class TrainConfig(_Section):
     stop_on_nonfinite: bool = Field(
         True, description="stop at the first NaN/inf loss, naming the step and the likely cause"
     )
+    tensorboard: bool = Field(
+        False,
+        description="log the scalars and, at each evaluation, the report's attention heatmaps "
+        "to RUN_DIR/tensorboard (needs the tensorboard extra)",
+    )
 
 
 class DecodeConfig(_Section):

@@ -21,7 +21,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib.image
 from torch import Tensor
+
+from attnkit.interpret.plots import plot_heatmap
 
 
 class TensorBoardLogger:
@@ -87,8 +90,6 @@ class TensorBoardLogger:
             rows, columns: token labels of the axes (query / key tokens).
             title: the figure's title (default: ``name`` and the step).
         """
-        from attnkit.interpret.plots import plot_heatmap
-
         matrix = _matrix(name, weights)
         if not math.isfinite(float(matrix.sum())):
             raise ValueError(f"attention {name!r} has NaN or inf weights")
@@ -101,6 +102,12 @@ class TensorBoardLogger:
         self._writer.add_figure(
             f"attention/{name}", figure, global_step=step, close=False
         )  # not a pyplot figure: nothing to close
+
+    def log_image(self, name: str, path: str | os.PathLike[str], step: int) -> None:
+        """A PNG file (e.g. a report's attention figure) under ``<name>`` at ``step``."""
+        _check_step(step)
+        pixels = matplotlib.image.imread(os.fspath(path))  # [H, W, 3 or 4] floats in [0, 1]
+        self._writer.add_image(name, pixels[..., :3], global_step=step, dataformats="HWC")
 
     def flush(self) -> None:
         """Write pending events to disk."""

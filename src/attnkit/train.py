@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +48,7 @@ from attnkit.run import (
 )
 from attnkit.tasks import job_for
 from attnkit.tasks.job import Job, Log
+from attnkit.tensorboard import TensorBoardLogger
 
 
 def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
@@ -219,6 +222,9 @@ def _steps(
     tick = start
     with contextlib.ExitStack() as stack:
         metrics = stack.enter_context(MetricsLog(run.metrics)) if main else None
+        board = None
+        if main and t.tensorboard:
+            board = stack.enter_context(TensorBoardLogger(run.path / "tensorboard"))
         while step < last:
             parallel.stage = f"step {step + 1} of {t.steps}"
             loss, parts = job.loss(trained, parallel.place(job.batch(step, parallel)), parallel)
@@ -243,6 +249,10 @@ def _steps(
             record = {"step": step, "split": "train", **parts, "lr": lr, "seconds": now - tick}
             tick = now
             metrics.write(record)
+            if board is not None:
+                board.log_scalars(
+                    {f"train/{k}": v for k, v in parts.items()} | {"train/lr": lr}, step
+                )
             window.append(parts["loss"])
             progress.update(1)
             if step % t.log_every == 0 or step == last:
@@ -259,6 +269,9 @@ def _steps(
                     valid = job.valid(parallel.on_cpu(model))
                 model.train()
                 metrics.write({"step": step, "split": "valid", **valid})
+                if board is not None:
+                    board.log_scalars({f"valid/{k}": v for k, v in valid.items()}, step)
+                    _log_presentation(board, job, parallel.on_cpu(model), run.path, step)
                 if quiet:
                     log(
                         f"step {step}  valid " + "  ".join(f"{k} {v:.4f}" for k, v in valid.items())
@@ -283,6 +296,33 @@ def _steps(
 
 def _silent(_: str) -> None:
     pass
+
+
+def _log_presentation(
+    board: TensorBoardLogger, job: Job, model: nn.Module, run_dir: Path, step: int
+) -> None:
+    """What the report will show, at this step: the alignment matrices as heatmaps and the
+    job's attention figures as images (drawn in a scratch folder of the run, then removed)."""
+    scratch = Path(tempfile.mkdtemp(prefix=".tensorboard-", dir=run_dir))
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            shown = job.present(model, scratch)
+        for i, alignment in enumerate(shown.alignments):
+            board.log_attention(
+                f"alignment/{i}",
+                alignment.weights,
+                step,
+                rows=alignment.target,
+                columns=alignment.source,
+                title=" ".join(alignment.source),
+            )
+        for image in shown.images:
+            board.log_image(f"figure/{image.stem}", image, step)
+    finally:
+        model.train(was_training)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def finish(run: Run, model: nn.Module, *, log: Log = print, quiet: bool = False) -> dict[str, Any]:

@@ -119,3 +119,34 @@ def test_viewer_needs_attnkit_and_a_tokenizer(minilm) -> None:
         explain_model(ours, "hello")
     with pytest.raises(ValueError, match='attn_implementation="attnkit"'):
         explain_model(eager, "hello", tokenizer=tokenizer)
+
+
+def test_attnkit_explain_hf_writes_the_viewer_of_a_local_model(minilm_dir, minilm, tmp_path):
+    """``attnkit explain --hf MODEL_DIR --input ...`` through the real command: the same page as
+    :func:`explain_model`, every layer and head of the model's own tokens."""
+    import os
+    import subprocess
+    import sys
+
+    _, _, tokenizer = minilm
+    text, output = "The cat sat on the mat.", tmp_path / "cli.html"
+    command = ["explain", "--hf", str(minilm_dir), "--input", text, "--output", str(output)]
+    done = subprocess.run(
+        [sys.executable, "-m", "attnkit", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == f"attention viewer: {output}"
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+    (entry,) = page_data(output)["maps"]
+    assert torch.tensor(entry["weights"]).shape == (6, 12, len(tokens), len(tokens))
+    both = subprocess.run(
+        [sys.executable, "-m", "attnkit", "explain", "somewhere", *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert both.returncode == 2 and "RUN_DIR or --hf" in both.stderr
