@@ -47,7 +47,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from scipy.special import digamma
 
-from attnkit.data.ibm_model1 import NULL
+from attnkit.data.ibm_model1 import NULL, index_pairs
 
 TENSION_STEPS = 8  # gradient steps on λ after each E-step (fast_align)
 TENSION_RATE = 20.0  # fast_align's step size, on the gradient averaged over target tokens
@@ -251,22 +251,7 @@ class FastAlign:
     def _index(
         self, pairs: Sequence[tuple[Sequence[str], Sequence[str]]]
     ) -> tuple[list[list[int]], list[list[int]]]:
-        source_ids: dict[str, int] = {NULL: 0}
-        target_ids: dict[str, int] = {}
-        sources: list[list[int]] = []
-        targets: list[list[int]] = []
-        for pair in pairs:
-            if not (isinstance(pair, tuple | list) and len(pair) == 2):
-                raise TypeError(f"pairs must be (source tokens, target tokens), got {pair!r:.80}")
-            source_words, target_words = pair
-            if isinstance(source_words, str) or isinstance(target_words, str):
-                raise TypeError(f"pair sides must be token sequences, not str: {pair!r:.80}")
-            if not source_words or not target_words:
-                continue
-            sources.append([0] + [source_ids.setdefault(w, len(source_ids)) for w in source_words])
-            targets.append([target_ids.setdefault(w, len(target_ids)) for w in target_words])
-        if not sources:
-            raise ValueError("FastAlign.fit needs at least one pair with two non-empty sides")
+        source_ids, target_ids, sources, targets = index_pairs(pairs, "FastAlign.fit")
         self.source_ids, self.target_ids = source_ids, target_ids
         return sources, targets
 

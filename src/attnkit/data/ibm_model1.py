@@ -27,6 +27,31 @@ import numpy as np
 NULL = "<null>"
 
 
+def index_pairs(
+    pairs: Sequence[tuple[Sequence[str], Sequence[str]]], what: str
+) -> tuple[dict[str, int], dict[str, int], list[list[int]], list[list[int]]]:
+    """Word ids of sentence pairs for the statistical aligners: ``(source ids, target ids,
+    sources, targets)``, each source sentence starting with the NULL word (id 0); pairs with an
+    empty side are skipped. ``what`` names the caller in errors."""
+    source_ids: dict[str, int] = {NULL: 0}
+    target_ids: dict[str, int] = {}
+    sources: list[list[int]] = []
+    targets: list[list[int]] = []
+    for pair in pairs:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise TypeError(f"pairs must be (source tokens, target tokens), got {pair!r:.80}")
+        source_words, target_words = pair
+        if isinstance(source_words, str) or isinstance(target_words, str):
+            raise TypeError(f"pair sides must be token sequences, not str: {pair!r:.80}")
+        if not source_words or not target_words:
+            continue
+        sources.append([0] + [source_ids.setdefault(w, len(source_ids)) for w in source_words])
+        targets.append([target_ids.setdefault(w, len(target_ids)) for w in target_words])
+    if not sources:
+        raise ValueError(f"{what} needs at least one pair with two non-empty sides")
+    return source_ids, target_ids, sources, targets
+
+
 class IBMModel1:
     """IBM Model 1 translation table ``t(target word | source word)`` fit by EM.
 
@@ -57,22 +82,7 @@ class IBMModel1:
         """
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
             raise ValueError(f"iterations must be an int >= 0, got {iterations!r}")
-        source_ids: dict[str, int] = {NULL: 0}
-        target_ids: dict[str, int] = {}
-        sources: list[list[int]] = []
-        targets: list[list[int]] = []
-        for pair in pairs:
-            if not (isinstance(pair, tuple | list) and len(pair) == 2):
-                raise TypeError(f"pairs must be (source tokens, target tokens), got {pair!r:.80}")
-            source_words, target_words = pair
-            if isinstance(source_words, str) or isinstance(target_words, str):
-                raise TypeError(f"pair sides must be token sequences, not str: {pair!r:.80}")
-            if not source_words or not target_words:
-                continue
-            sources.append([0] + [source_ids.setdefault(w, len(source_ids)) for w in source_words])
-            targets.append([target_ids.setdefault(w, len(target_ids)) for w in target_words])
-        if not sources:
-            raise ValueError("IBMModel1.fit needs at least one pair with two non-empty sides")
+        source_ids, target_ids, sources, targets = index_pairs(pairs, "IBMModel1.fit")
         self.source_ids, self.target_ids = source_ids, target_ids
         target_size = len(target_ids)
 
