@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 from torch import Tensor
 
 from attnkit.checkpoint import atomic_write
@@ -75,7 +76,6 @@ def _slug(text: str) -> str:
 
 def save_heatmaps(alignments: Sequence[Alignment], directory: str | Path) -> list[Path]:
     """One PNG per alignment (``NN-<source words>.png``) in ``directory``."""
-    import matplotlib.pyplot as plt
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -92,7 +92,6 @@ def save_heatmaps(alignments: Sequence[Alignment], directory: str | Path) -> lis
 
 
 def _loss_curve_png(metrics: Sequence[Mapping[str, Any]]) -> bytes | None:
-    import matplotlib.pyplot as plt
 
     train = [(m["step"], m["loss"]) for m in metrics if m.get("split") == "train"]
     valid = [(m["step"], m["loss"]) for m in metrics if m.get("split") == "valid"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -36,9 +35,9 @@ from torch import Tensor, nn
 from attnkit.data.vocabulary import Vocabulary
 from attnkit.interpret.record import record
 from attnkit.interpret.viewer import AttentionMap
-
-if TYPE_CHECKING:  # attnkit.models imports attnkit.interpret: no import cycle at run time
-    from attnkit.models.outputs import Translation
+from attnkit.layers.transformer import TransformerDecoder, TransformerEncoder
+from attnkit.models.decoder_attention import DecoderAttention
+from attnkit.models.outputs import Translation
 
 ENCODER_SELF_ATTENTION = "encoder self-attention"
 DECODER_SELF_ATTENTION = "decoder self-attention"
@@ -155,7 +154,6 @@ def _decoder_attention_steps(
 ) -> dict[str, list[Tensor]]:
     """The recorded calls ``[N, 1, M, S]`` of the model's recurrent ``DecoderAttention``
     modules (one call per target step), by module name; empty for other models."""
-    from attnkit.models.decoder_attention import DecoderAttention
 
     names = {name for name, m in model.named_modules() if isinstance(m, DecoderAttention)}
     return {name: calls for name, calls in recorded.items() if name in names and calls}
@@ -180,7 +178,6 @@ def _recurrent_maps(
 def _transformer_roles(model: nn.Module) -> dict[str, tuple[str, int]]:
     """``{module name: (role, layer index)}`` of the attention modules in attnkit's Transformer
     encoder and decoder layers, from the layers' own attributes."""
-    from attnkit.layers.transformer import TransformerDecoder, TransformerEncoder
 
     names = {module: name for name, module in model.named_modules()}
     roles: dict[str, tuple[str, int]] = {}

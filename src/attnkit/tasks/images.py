@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from attnkit.config import GlimpseModelConfig, ViTModelConfig
@@ -34,9 +36,6 @@ from attnkit.interpret import attention_rollout, record
 from attnkit.models.glimpse import GlimpseClassifier
 from attnkit.models.vit import VisionTransformer
 from attnkit.tasks.base import Task, register_task
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 #: test images drawn by :meth:`FashionMNIST.artifacts`
 ARTIFACT_IMAGES = 8
@@ -169,8 +168,6 @@ class FashionMNIST(Task):
 
 def _overlay_figure(pixels: np.ndarray, overlay: np.ndarray, title: str, what: str) -> Figure:
     """Two panels: the image, and the image under ``overlay`` (scaled to its min–max range)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     figure = Figure(figsize=(5.0, 2.8))
     FigureCanvasAgg(figure)  # draw off-screen without pyplot's global state

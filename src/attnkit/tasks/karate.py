@@ -27,6 +27,7 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import networkx as nx
 import torch
 from torch import Tensor, nn
 
@@ -44,7 +45,6 @@ LEADERS = {"Mr. Hi": 0, "Officer": 33}
 def karate_graph() -> tuple[list[str], Tensor]:
     """``(clubs, edge_index)``: each member's ``club`` (index = node id) and the edges ``[2, 156]``
     (both directions of each of the 78 friendships), from ``networkx.karate_club_graph()``."""
-    import networkx as nx  # imported here: only this task needs it
 
     graph = nx.karate_club_graph()
     clubs = [graph.nodes[i]["club"] for i in range(graph.number_of_nodes())]

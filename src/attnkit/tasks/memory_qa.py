@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from attnkit.data.memory_qa import LOCATIONS, QAExample, memory_qa_splits
@@ -102,8 +104,6 @@ class MemoryQuestionAnswering(Task):
         first :data:`HEATMAPS` "where is the <object>" questions: the two supporting facts should
         be found in different hops."""
         # imported here: matplotlib is only needed for figures
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
 
         chosen = [e for e in examples if e.kind == "object"][:HEATMAPS]
         if not chosen or not isinstance(model, EndToEndMemoryNetwork):

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from attnkit.data.movie_reviews import LABELS, Review, load_movie_reviews
@@ -78,8 +80,6 @@ class MovieReviews(WordTask):
     def artifacts(self, model: nn.Module, examples: Sequence[Any], directory: Path) -> list[Path]:
         """One PNG per test review (the first four): the word weights (HAN's Fig. 5 style) of
         its most-attended sentences, each titled with its sentence weight."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
 
         chosen = [r for r in examples[:ARTIFACT_REVIEWS] if r.sentences]
         if not chosen or not isinstance(model, HierarchicalAttentionNetwork):
