@@ -299,14 +299,14 @@ def _all_finite(*tensors: Tensor | None) -> bool:
     """No NaN or infinity in any of ``tensors`` (``True`` on ``meta``; ``False`` while
     ``torch.compile`` traces, so the traced path is the one exact for non-finite inputs too).
 
-    One float64 sum per tensor: it is non-finite exactly when an element is (a float64 sum of
-    float32 or smaller numbers cannot overflow), and costs one read of the inputs, no copy."""
+    One min/max pass per tensor (``torch.aminmax``, which propagates NaN): the extremes are
+    finite exactly when every element is; one read of the inputs, no copy."""
     if torch.compiler.is_compiling():
         return False
     present = [t for t in tensors if t is not None and t.numel() and t.device.type != "meta"]
     if not present:
         return True
-    total = torch.stack([t.detach().sum(dtype=torch.float64) for t in present])
+    total = torch.stack([torch.stack(torch.aminmax(t.detach())).double() for t in present])
     return bool(torch.isfinite(total).all())
 
 
