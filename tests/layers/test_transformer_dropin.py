@@ -221,3 +221,51 @@ def test_nested_encoder_layer_and_stack_equal_torch_fast_path(layout, norm_first
             assert out.is_nested and out.layout == layout
             for got, want in zip(out.unbind(), expected.unbind(), strict=True):
                 torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+# --- Training with dropout: the same draws as torch under the same seed -----------------------
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("layer", ["encoder", "decoder"])
+def test_training_step_with_dropout_equals_torch_under_the_same_seed(layer, batch_first) -> None:
+    """Issue 18(c): dropout 0.1 keeps the fused path (SDPA's own dropout), and the layers make
+    torch's random draws in torch's order and memory layout: with the same ``torch.manual_seed``
+    the training-mode output and the gradients equal torch's; another seed gives another draw."""
+    kwargs = {"dropout": 0.1, "batch_first": batch_first}
+    if layer == "encoder":
+        reference, ours = copied(
+            nn.TransformerEncoderLayer(E, H, FF, **kwargs),
+            TransformerEncoderLayer(E, H, FF, **kwargs),
+        )
+    else:
+        reference, ours = copied(
+            nn.TransformerDecoderLayer(E, H, FF, **kwargs),
+            TransformerDecoderLayer(E, H, FF, **kwargs),
+        )
+    x = x_of(N, L, E) if batch_first else x_of(L, N, E)
+    memory = x_of(N, S, E, seed=2) if batch_first else x_of(S, N, E, seed=2)
+    padding = torch.tensor([[False] * L, [False] * (L - 2) + [True] * 2])
+    args = (x,) if layer == "encoder" else (x, memory)
+    extra = (
+        {"src_key_padding_mask": padding}
+        if layer == "encoder"
+        else {"tgt_key_padding_mask": padding}
+    )
+
+    def step(module: nn.Module, seed: int) -> tuple[Tensor, list[Tensor]]:
+        module.zero_grad()
+        torch.manual_seed(seed)
+        out = module(*args, **extra)
+        (out.square().mean()).backward()
+        return out.detach(), [p.grad.clone() for p in module.parameters()]
+
+    expected, expected_grads = step(reference.train(), 7)
+    got, grads = step(ours.train(), 7)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for g, e in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+    again, _ = step(ours, 7)
+    torch.testing.assert_close(again, got, rtol=0, atol=0)  # reproducible
+    other, _ = step(ours, 8)
+    assert not torch.allclose(other, got), "another seed draws another dropout mask"

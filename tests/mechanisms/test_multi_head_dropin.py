@@ -89,6 +89,26 @@ def test_training_weights_are_after_dropout_as_torch(average, masked):
     torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_training_without_weights_draws_torch_dropout(masked):
+    """need_weights=False in training (what torch's layers ask): SDPA's own dropout, so under the
+    same seed output and gradients equal torch's (issue 18(c): dropout keeps the fused path)."""
+    reference, ours = pair(dropout=0.3)
+    reference.train(), ours.train()
+    x = torch.randn(N, L, E, requires_grad=True)
+    kpm = PADDING["bool"]() if masked else None
+    outs = []
+    for module in (reference, ours):
+        torch.manual_seed(11)
+        out, weights = module(x, x, x, key_padding_mask=kpm, need_weights=False)
+        assert weights is None
+        (grad,) = torch.autograd.grad(out.square().sum(), x)
+        outs.append((out, grad))
+    (o_ref, g_ref), (o, g) = outs
+    torch.testing.assert_close(o, o_ref, rtol=0, atol=1e-5)
+    torch.testing.assert_close(g, g_ref, rtol=1e-5, atol=1e-5)
+
+
 def test_dropped_weights_are_the_ones_that_multiplied_the_values():
     """The context is the returned per-head weights times the values; the kept weights are the
     eval-mode weights rescaled by 1 / (1 - p)."""

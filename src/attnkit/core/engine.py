@@ -20,6 +20,7 @@ from torch import Tensor
 from attnkit.core.align import Align, Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
 from attnkit.core.chunked import chunked_attention
+from attnkit.core.dense import dense_attention
 from attnkit.core.hooks import observed, run_hooked
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.reference import reference_attention
@@ -45,6 +46,8 @@ class Backend:
     aligns: tuple[type[Align], ...] | None = None  # None: every alignment
     multi_dimensional: bool = True
     weights: bool = True
+    # chosen automatically only for calls that ask for the weights (it writes them); forced, any
+    only_weights: bool = False
     dropped_weights: bool = True  # can return the weights after dropout (whole rows dropped)
     lse: bool = True  # can return the log-sum-exp (softmax alignment)
     score_mod: bool = True
@@ -57,8 +60,9 @@ class Backend:
     # choose a kernel or skip blocks, which dynamo cannot trace)
     traceable: bool = False
 
-    def reasons(self, call: AttentionCall) -> list[str]:
-        """Why this backend cannot compute ``call`` (empty when it can)."""
+    def reasons(self, call: AttentionCall, forced: bool = False) -> list[str]:
+        """Why this backend cannot compute ``call`` (empty when it can); ``forced``: the caller
+        named it, so preferences that only guide the automatic choice do not count."""
         why = []
         if self.dot_scores_only and not call.score.pairwise_is_dot:
             why.append(f"score {call.score.registry_name!r} is not a dot product of features")
@@ -69,6 +73,10 @@ class Backend:
             why.append("multi-dimensional scores need whole rows per feature")
         if not self.weights and call.return_weights:
             why.append("weights were asked for")
+        if self.only_weights and not call.return_weights and not forced:
+            why.append(
+                "no weights were asked for (it would write a [B, H, M, N] tensor for nothing)"
+            )
         dropped = call.return_weights and call.weights_after_dropout and call.dropout > 0
         if not self.dropped_weights and dropped:
             why.append("the weights after dropout were asked for")
@@ -77,7 +85,7 @@ class Backend:
         if not self.score_mod and call.score_mod is not None:
             why.append("a score_mod was given")
         if not self.dropout and call.dropout > 0:
-            why.append("dropout > 0 (attnkit's dropout draws from one seeded stream)")
+            why.append("dropout > 0 is not supported")
         if not self.summary and call.summary is not None:
             why.append(f"summary {call.summary!r} was asked for")
         half = call.q.dtype in (torch.float16, torch.bfloat16)
@@ -103,9 +111,19 @@ BACKENDS: list[Backend] = [
         weights=False,
         lse=False,
         score_mod=False,
-        dropout=False,
         summary=False,
         half_float_mask=False,
+    ),
+    Backend(
+        "dense",
+        "weights on demand: scores by one GEMM into the weights' buffer, softmax, one GEMM",
+        dense_attention,
+        dot_scores_only=True,
+        aligns=(Softmax,),
+        multi_dimensional=False,
+        only_weights=True,
+        lse=False,
+        score_mod=False,
     ),
     Backend(
         "tiled",
@@ -142,7 +160,7 @@ def choose_backend(call: AttentionCall, backend: str | None = None) -> Backend:
     """The backend that runs ``call``: ``backend`` if it can, else the first that fits."""
     if backend is not None:
         chosen = backend_named(backend)
-        reasons = chosen.reasons(call)
+        reasons = chosen.reasons(call, forced=True)
         if reasons:
             raise ValueError(f"backend {backend!r} cannot run this call: " + "; ".join(reasons))
         return chosen

@@ -3,7 +3,9 @@
 Equivalent to the reference path for softmax alignment with every score that is a scaled dot
 product of transformed queries and keys (``Score.pairwise_is_dot``: dot, scaled dot, general, biased
 general, cosine — the features are computed first, under autograd, then the fused kernel). It neither
-materialises the weights nor applies a ``score_mod``, so calls asking for those go elsewhere. Causal masks with ``M != N`` are passed as an explicit bottom-right boolean mask (SDPA's
+materialises the weights nor applies a ``score_mod``, so calls asking for those go elsewhere.
+Dropout is the kernel's own (``dropout_p``, drawn from torch's generator, so reproducible under
+``torch.manual_seed``), exactly what ``torch.nn.MultiheadAttention`` runs in training. Causal masks with ``M != N`` are passed as an explicit bottom-right boolean mask (SDPA's
 own ``is_causal`` is top-left, pytorch/pytorch#108108); with ``M == N`` and no other mask the
 kernel's ``is_causal`` fast path is used.
 
@@ -26,7 +28,7 @@ from attnkit.core.reference import compute_dtype, score_features
 from attnkit.core.tiled import tiled_attention
 
 
-def _scores_stay_finite(call: AttentionCall, q: Tensor, k: Tensor, scale: float) -> bool:
+def scores_stay_finite(call: AttentionCall, q: Tensor, k: Tensor, scale: float) -> bool:
     """Whether every score of ``q`` and ``k`` (features) is surely finite: all inputs finite
     and the Cauchy-Schwarz-style bound on ``|scale · q'·k' + bias|`` below the dtype's max."""
     if not call.finite:
@@ -48,7 +50,7 @@ def sdpa_attention(call: AttentionCall) -> AttentionOutput:
     q, k = score_features(call, call.q, call.k)  # e.g. W q of the general score, under autograd
     scale = call.score.resolve_scale(call.scale, call.k.shape[-1])
     scale = 1.0 if scale is None else scale  # SDPA's own default would be 1/sqrt(d)
-    if not _scores_stay_finite(call, q, k, scale):
+    if not scores_stay_finite(call, q, k, scale):
         return tiled_attention(call)  # NaN/inf semantics the fused kernels do not define
     _, _, m, n = call.shape
     # Square causal: the kernel's own flag (top-left = bottom-right when M == N) skips blocks.
@@ -62,6 +64,7 @@ def sdpa_attention(call: AttentionCall) -> AttentionOutput:
         k.to(call.v.dtype),
         call.v,
         attn_mask=attn_mask,
+        dropout_p=call.dropout,  # torch's own draws, as nn.MultiheadAttention makes them
         is_causal=is_causal,
         scale=scale,
     )

@@ -138,9 +138,11 @@ class AttentionRecorder(ModelHook):
             assert out.weights is not None
             self._store(name, out.weights)
             return out if call.return_weights else dataclasses.replace(out, weights=None)
-        out = run(call)  # the fused kernel, untouched; it is deterministic softmax attention
+        out = run(call)  # the fused kernel, untouched
+        # The weights again, before dropout (what is recorded) and without dropout, so the
+        # recomputation draws nothing from torch's generator: the model's later draws stay its own.
         with torch.no_grad():
-            again = run(dataclasses.replace(call, return_weights=True, summary=None))
+            again = run(dataclasses.replace(call, return_weights=True, summary=None, dropout=0.0))
         assert again.weights is not None
         self._store(name, again.weights)
         return out

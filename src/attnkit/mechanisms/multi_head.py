@@ -395,11 +395,15 @@ class MultiHeadAttention(nn.Module):
             **dropped,
         )
         context = out.context  # [N, H, L, d_v]
-        if self.batch_first or not batched:
+        if not batched:
             context = context.transpose(1, 2).flatten(2)  # concat over heads: [N, L, H·d_v]
+            output = self.out_proj(context)  # eq. (40)
         else:
-            context = context.permute(2, 0, 1, 3).flatten(2)  # [L, N, H·d_v], torch's layout
-        output = self.out_proj(context)  # eq. (40)
+            # torch's layout: [L, N, H·d_v] in memory, a transposed view when batch-first, so a
+            # dropout that follows (the layers' dropout1) draws the same mask as after torch's
+            context = context.permute(2, 0, 1, 3).flatten(2)
+            output = self.out_proj(context)  # eq. (40)
+            output = output.transpose(0, 1) if self.batch_first else output
         weights = out.weights if need_weights else None
         if weights is not None and average_attn_weights:
             weights = weights.mean(1)
