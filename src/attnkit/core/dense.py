@@ -43,7 +43,7 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
 
     Returns:
         :class:`AttentionOutput` with ``context [B, H, M, d_v]`` and, if asked for, ``weights
-        [B, H, M, N]`` and ``summary``.
+        [B, H, M, N]``, ``lse [B, H, M]`` and ``summary``.
     """
     qf, kf = score_features(call, call.q, call.k)  # e.g. W q of the general score, under autograd
     scale = call.score.resolve_scale(call.scale, call.k.shape[-1])
@@ -67,6 +67,11 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
             s.masked_fill_(keyless, 0.0)
         else:
             keyless = None
+    lse = None
+    if call.return_lse:  # one more read of the scores, only when asked
+        lse = torch.logsumexp(s, -1)
+        if keyless is not None:
+            lse = lse.masked_fill(keyless.squeeze(-1), float("-inf"))
     # Without autograd, softmax overwrites the scores: the weights are the only M×N tensor.
     a = torch.softmax(s, -1) if grad else torch.softmax(s, -1, out=s)
     if keyless is not None:
@@ -77,5 +82,6 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     return AttentionOutput(
         context=context.to(call.q.dtype),
         weights=returned.to(call.q.dtype) if call.return_weights else None,
+        lse=lse,
         summary=None if call.summary is None else summarize(a, call.summary),
     )

@@ -122,7 +122,6 @@ BACKENDS: list[Backend] = [
         aligns=(Softmax,),
         multi_dimensional=False,
         only_weights=True,
-        lse=False,
         score_mod=False,
     ),
     Backend(
