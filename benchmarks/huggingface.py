@@ -6,8 +6,8 @@
 transformers' SDPA and flash implementations cannot return attention weights: with
 ``output_attentions=True`` users switch to ``attn_implementation="eager"``, which materialises
 the scores, the softmax and the weights of every head as separate ``[B, H, L, L]`` tensors.
-``attn_implementation="attnkit"`` returns them from the engine's tiled backend, which writes
-the weights once. A MiniLM-shaped BERT (6 layers, hidden 384, 12 heads, random weights), batch 1,
+``attn_implementation="attnkit"`` returns them from the engine's ``dense`` backend: the scores
+by one GEMM into the buffer the weights occupy, softmax in place, one GEMM with the values. A MiniLM-shaped BERT (6 layers, hidden 384, 12 heads, random weights), batch 1,
 float32, inference (``torch.no_grad``), forward with ``output_attentions=True``; ``sdpa`` without
 weights is shown for scale. Time: median of interleaved repetitions; memory: peak RSS of a fresh
 subprocess beyond a baseline that builds the model and the input (benchmarks/common.py). Note

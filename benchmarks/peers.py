@@ -227,6 +227,104 @@ def run_config(row: Row, cfg: dict, args: argparse.Namespace, memory: bool) -> l
             ]
         )
         print(" | ".join(out[-1]), flush=True)
+        NUMBERS.setdefault(row.name, []).append(
+            {
+                "cfg": cfg,
+                "peer": impl,
+                "t": times["attnkit"],
+                "t_peer": peer_t,
+                "mib": mems.get("attnkit"),
+                "mib_peer": mems.get(impl),
+            }
+        )
+    return out
+
+
+#: per row, the measured numbers behind its table (the targets are computed from them)
+NUMBERS: dict[str, list[dict]] = {}
+
+
+def _worst(
+    numbers: dict, row: str, peer: str, keep=lambda cfg: True, memory: bool = False
+) -> tuple[float, str] | None:
+    """The largest attnkit/peer ratio of time (or memory) over a row's matching configurations,
+    and the configuration it occurs at; ``None`` when nothing was measured."""
+    key, peer_key = ("mib", "mib_peer") if memory else ("t", "t_peer")
+    found = [
+        (r[key] / r[peer_key], describe(r["cfg"]) + f", {r['cfg'].get('mode', 'fwd+bwd')}")
+        for r in numbers.get(row, [])
+        if r["peer"] == peer and keep(r["cfg"]) and r[key] and r[peer_key]
+    ]
+    return max(found) if found else None
+
+
+def targets(numbers: dict) -> list[tuple[str, str, bool | None]]:
+    """Issue 18's targets, each from the measured rows: (target, measured, met)."""
+    out = []
+
+    def add(text: str, worst: tuple[float, str] | None, limit: float) -> None:
+        if worst is None:
+            out.append((text, "not measured", None))
+        else:
+            out.append((text, f"worst {worst[0]:.2f}x ({worst[1]})", worst[0] <= limit))
+
+    weights = lambda cfg: cfg.get("weights") is True  # noqa: E731
+    add(
+        "18(a) MHA need_weights=True, time <= 1.1x torch",
+        _worst(numbers, "mha", "torch", weights),
+        1.1,
+    )
+    add(
+        "18(a) MHA need_weights=True, memory <= torch's",
+        _worst(numbers, "mha", "torch", weights, memory=True),
+        1.0,
+    )
+    add(
+        "18(b) return_weights, time <= the materialised formula",
+        _worst(numbers, "weights", "naive"),
+        1.0,
+    )
+    at_2048 = lambda cfg: cfg.get("n") == 2048  # noqa: E731
+    add(
+        "18(b) return_weights at n=2048, <= 2.0x SDPA without weights",
+        _worst(numbers, "weights", "sdpa", at_2048),
+        2.0,
+    )
+    dropout = lambda cfg: cfg.get("dropout", 0) > 0  # noqa: E731
+    add(
+        "18(c) encoder step, dropout 0.1, <= 1.05x torch",
+        _worst(numbers, "encoder", "torch", dropout),
+        1.05,
+    )
+    both = lambda cfg: cfg.get("mode") == "fwd+bwd"  # noqa: E731
+    add(
+        "18(d) sparsemax/1.5-entmax fwd+bwd, time <= entmax",
+        _worst(numbers, "entmax", "entmax", both),
+        1.0,
+    )
+    add(
+        "18(d) sparsemax/1.5-entmax fwd+bwd, memory <= entmax",
+        _worst(numbers, "entmax", "entmax", both, memory=True),
+        1.0,
+    )
+    add("18(e) Nyström, time <= nystrom-attention", _worst(numbers, "nystrom", "peer"), 1.0)
+    causal = lambda cfg: cfg.get("causal") is True  # noqa: E731
+    add("18(e) causal LSH, time <= reformer-pytorch", _worst(numbers, "lsh", "peer", causal), 1.0)
+    add(
+        "18(e) causal LSH, memory <= 1.2x reformer-pytorch",
+        _worst(numbers, "lsh", "peer", causal, memory=True),
+        1.2,
+    )
+    add(
+        "18(f) soft-capping score_mod fwd, time <= compiled Flex",
+        _worst(numbers, "softcap", "flex"),
+        1.0,
+    )
+    add(
+        "18(f) soft-capping score_mod fwd, memory <= compiled Flex",
+        _worst(numbers, "softcap", "flex", memory=True),
+        1.0,
+    )
     return out
 
 
@@ -311,10 +409,12 @@ def main() -> None:
     if args.quick or args.no_write:
         return
     saved = json.loads(RAW.read_text()) if RAW.exists() else {}
+    numbers = saved.pop("_numbers", {})
     saved.update(blocks)  # rows not measured now keep their last measurement
-    RAW.write_text(json.dumps(saved, indent=1))
+    numbers.update(NUMBERS)
+    RAW.write_text(json.dumps({**saved, "_numbers": numbers}, indent=1))
     lines = section(saved, args.threads, args.repeats)
-    common.save_section("peers", lines, [], note=f"{args.threads} thread(s).")
+    common.save_section("peers", lines, targets(numbers), note=f"{args.threads} thread(s).")
     print(f"wrote {common.write_docs()}")
 
 
