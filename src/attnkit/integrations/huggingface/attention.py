@@ -27,7 +27,9 @@ What transformers passes, and what happens to it:
   mask transformers builds; applied here when it is not), ``s_aux`` (GPT-OSS attention sinks:
   one extra logit per head in the softmax denominator, exactly, from the log-sum-exp).
 * ``output_attentions``: the weights are returned from the engine's weights-on-demand path
-  (the tiled backend computes them in its pass), not from a slower fallback. A query with no
+  (the ``dense`` backend: scores by one GEMM into the weights' buffer, softmax, one GEMM; the
+  tiled backend for scores that are not a dot product or carry a ``score_mod``), not from a
+  slower fallback. A query with no
   admissible key (e.g. a left-padding position) gets zero weights and a zero context, where eager
   spreads it uniformly over the masked keys.
 """
