@@ -22,10 +22,11 @@ half of ``x = s / 2``); then ``dq' = scale · ds k'``, ``dk' = scale · dsᵀ q'
 by matrix products. The score's per-vector features (``W q`` of the general score)
 run outside, under ordinary autograd, so their parameters get gradients as usual.
 
-Finding ``τ``: every key in the support has ``x_j > max(x) - 1`` (the largest weight is at most
-1), so a partial sort (``torch.topk``) of each row's ``k`` largest scores, with ``k`` at least the
-number of those candidates, holds the whole support; the sort-based algorithms of the papers run on
-those ``k`` values only. Rows are grouped by the power of two above their candidate count.
+Finding ``τ``: the sort-based algorithms of the papers run on a partial sort (``torch.topk``) of
+each row's ``k`` largest scores, ``k`` small first and larger only for the rows whose support
+filled all ``k`` — never more than the keys with ``x_j >= max(x) - 1``, among which the support
+lies (the largest weight is at most 1). A full sort of the row (the ``entmax`` package's way) is
+needed only for rows whose scores are nearly all within 1 of their maximum.
 
 Equivalent reference (see ``reference.py``; ``align.Sparsemax``, ``align.Entmax15``)::
 
@@ -51,8 +52,9 @@ from attnkit.core.reference import compute_dtype, score_features
 
 #: numbers in one block's score tensor [B, H, rows, N]
 ROW_BLOCK_BUDGET = 1 << 21
-#: the smallest partial sort (fewer values gain nothing: one pass over the row dominates)
-SMALLEST_K = 8
+#: the first partial sort's size (supports are often a few keys: ~6 for sparsemax, ~15 for
+#: 1.5-entmax of 8192 standard normal scores)
+FIRST_K = 32
 NEG_INF = float("-inf")
 
 
@@ -91,15 +93,17 @@ class SparsePlan:
         return x
 
 
-def sorted_threshold(z: Tensor, entmax: bool) -> Tensor:
-    """``τ [R]`` from each row's ``k`` largest values ``z [R, k]``, sorted descending, shifted so
-    that ``z[:, 0] = 0``, and holding the row's whole support (``-inf`` for absent keys).
+def sorted_threshold(z: Tensor, entmax: bool) -> tuple[Tensor, Tensor]:
+    """``(τ [R], support size [R])`` from each row's ``k`` largest values ``z [R, k]``, sorted
+    descending and shifted so that ``z[:, 0] = 0`` (``-inf`` for absent keys).
 
     Sparsemax, Martins & Astudillo (2016) Algorithm 1: the support is the largest ``j`` with
     ``1 + j z_j > Σ_{i<=j} z_i``, and ``τ = (Σ_{i<=K} z_i - 1) / K``. 1.5-entmax, Peters et al.
     (2019): for a support of the ``j`` largest, ``Σ_{i<=j} (z_i - τ_j)² = 1`` gives
     ``τ_j = mean_j - √((1 - ss_j) / j)``; the support is the largest ``j`` with ``τ_j <= z_j``.
-    Absent keys (``-inf``) fail both tests (the comparisons see ``-inf`` or NaN).
+    Both tests hold on a prefix of the sorted row and fail after it, so ``τ`` is exact when the
+    support is shorter than ``k`` or when ``z`` holds every key that could be in it. Absent keys
+    fail both tests (the comparisons see ``-inf`` or NaN).
     """
     j = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
     if entmax:
@@ -108,36 +112,47 @@ def sorted_threshold(z: Tensor, entmax: bool) -> Tensor:
         ss = j * (mean_sq - mean * mean)
         tau = mean - torch.sqrt(torch.clamp((1 - ss) / j, min=0))
         support = (tau <= z).sum(-1, keepdim=True)
-        return tau.gather(-1, support - 1).squeeze(-1)
+        return tau.gather(-1, support - 1).squeeze(-1), support.squeeze(-1)
     total = z.cumsum(-1) - 1
     support = (j * z > total).sum(-1, keepdim=True)
-    return (total.gather(-1, support - 1) / support.to(z.dtype)).squeeze(-1)
+    tau = total.gather(-1, support - 1) / support.to(z.dtype)
+    return tau.squeeze(-1), support.squeeze(-1)
 
 
 def row_thresholds(x: Tensor, entmax: bool) -> tuple[Tensor, Tensor]:
     """``(peak, tau)``, each ``[R]``, for the rows of ``x [R, N]``: the weights are
     ``[(x - peak) - tau]_+`` (squared for 1.5-entmax). A row with no admissible key (all
-    ``-inf``) gets ``peak = 0, tau = +inf``: zero weights."""
+    ``-inf``) gets ``peak = 0, tau = +inf``: zero weights.
+
+    Each row is solved from a partial sort (``torch.topk``) of its ``k`` largest values, with
+    ``k = FIRST_K`` first and 4 ``k`` for the rows whose support filled all ``k`` (the
+    ``entmax`` package's strategy), up to the number of candidates ``x_j >= max(x) - 1``: the
+    support of both mappings lies among them (each weight is at most 1), so a sort of that many
+    values is always final.
+    """
     n = x.shape[-1]
     peak = x.amax(-1)
     live = peak > NEG_INF
     tau = torch.full_like(peak, float("inf"))
-    # Candidates: x_j >= max - 1 holds the support of both mappings (each weight is <= 1).
     count = (x >= (peak - 1).unsqueeze(-1)).sum(-1)
-    need = torch.exp2(torch.ceil(torch.log2(count.clamp(min=SMALLEST_K).to(torch.float32))))
-    need = torch.where(live, need.clamp(max=n).to(torch.long), torch.zeros_like(count))
-    for k in need.unique().tolist():
-        if k == 0:
-            continue
-        rows = None if bool((need == k).all()) else (need == k).nonzero().squeeze(-1)
-        part = x if rows is None else x.index_select(0, rows)
-        top = part.topk(k, dim=-1).values if k < n else part.sort(-1, descending=True).values
-        top_peak = top[:, :1]
-        found = sorted_threshold(top - top_peak, entmax)
-        if rows is None:
-            tau = found
-        else:
-            tau.index_copy_(0, rows, found)
+    # a power of two at least the candidate count: few distinct sizes, so few groups of rows
+    enough = torch.exp2(torch.ceil(torch.log2(count.clamp(min=1).to(torch.float32))))
+    enough = enough.to(torch.long).clamp(max=n)
+    pending = live.nonzero().squeeze(-1)
+    tries = enough.index_select(0, pending).clamp(max=FIRST_K)
+    while pending.numel():
+        retry, retry_k = [], []
+        for k in tries.unique().tolist():
+            group = pending if len(retry) == 0 and bool((tries == k).all()) else pending[tries == k]
+            part = x if group.numel() == x.shape[0] else x.index_select(0, group)
+            top = part.topk(k, dim=-1).values if k < n else part.sort(-1, descending=True).values
+            found, support = sorted_threshold(top - top[:, :1], entmax)
+            bound = enough.index_select(0, group)
+            done = (support < k) | (bound <= k)
+            tau.index_copy_(0, group[done], found[done])
+            retry.append(group[~done])
+            retry_k.append(bound[~done].clamp(max=4 * k))
+        pending, tries = torch.cat(retry), torch.cat(retry_k)
     return torch.where(live, peak, torch.zeros_like(peak)), tau
 
 
