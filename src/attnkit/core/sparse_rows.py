@@ -141,7 +141,8 @@ def row_thresholds(x: Tensor, entmax: bool) -> tuple[Tensor, Tensor]:
     pending = live.nonzero().squeeze(-1)
     tries = enough.index_select(0, pending).clamp(max=FIRST_K)
     while pending.numel():
-        retry, retry_k = [], []
+        retry: list[Tensor] = []
+        retry_k: list[Tensor] = []
         for k in tries.unique().tolist():
             group = pending if len(retry) == 0 and bool((tries == k).all()) else pending[tries == k]
             part = x if group.numel() == x.shape[0] else x.index_select(0, group)
@@ -199,9 +200,10 @@ class SparseRowsFunction(torch.autograd.Function):
         dtype = qf.dtype
         vc, d_out = v.to(dtype), d_out.to(dtype)
         want_q, want_k, want_v = ctx.needs_input_grad[1:4]
-        dq = torch.zeros_like(qf) if want_q else None
-        dk = torch.zeros_like(kf) if want_k else None
-        dv = torch.zeros(v.shape, dtype=dtype, device=v.device) if want_v else None
+        # accumulated only where wanted (an empty tensor stands for "not asked")
+        dq = torch.zeros_like(qf) if want_q else qf.new_empty(0)
+        dk = torch.zeros_like(kf) if want_k else kf.new_empty(0)
+        dv = torch.zeros(v.shape, dtype=dtype, device=v.device) if want_v else vc.new_empty(0)
         for q0, q1, n1 in plan.blocks():
             if n1 == 0:
                 continue
@@ -229,7 +231,12 @@ class SparseRowsFunction(torch.autograd.Function):
                 dq[..., q0:q1, :] = (ds @ kf[..., :n1, :]) * plan.scale
             if want_k:
                 dk[..., :n1, :] += ds.transpose(-2, -1) @ (qf[..., q0:q1, :] * plan.scale)
-        return None, dq, dk, None if dv is None else dv.to(v.dtype)
+        return (
+            None,
+            dq if want_q else None,
+            dk if want_k else None,
+            dv.to(v.dtype) if want_v else None,
+        )
 
 
 def _scores_surely_finite(call: AttentionCall, qf: Tensor, kf: Tensor, scale: float) -> bool:
