@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnkit.core.align import Align, Softmax
+from attnkit.core.align import Align, Entmax15, Softmax, Sparsemax
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
 from attnkit.core.chunked import chunked_attention
 from attnkit.core.dense import dense_attention
@@ -26,6 +26,7 @@ from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.reference import reference_attention
 from attnkit.core.scores import Score
 from attnkit.core.sdpa import sdpa_attention
+from attnkit.core.sparse_rows import sparse_rows_attention
 from attnkit.core.tiled import tiled_attention
 
 ALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -131,6 +132,20 @@ BACKENDS: list[Backend] = [
         aligns=(Softmax,),
         multi_dimensional=False,
         dropped_weights=False,
+    ),
+    Backend(
+        "sparse_rows",
+        "sparsemax / 1.5-entmax of dot-product scores by blocks of rows, backward from the "
+        "saved thresholds",
+        sparse_rows_attention,
+        dot_scores_only=True,
+        aligns=(Sparsemax, Entmax15),
+        multi_dimensional=False,
+        weights=False,
+        lse=False,
+        score_mod=False,
+        dropout=False,
+        summary=False,
     ),
     Backend(
         "chunked",
