@@ -114,7 +114,9 @@ def test_masks_gqa_alibi_activated_general_and_empty_rows_in_bfloat16(compiled: 
     slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
 
     def alibi(s: Tensor, bi: Tensor, hi: Tensor, i: Tensor, j: Tensor) -> Tensor:
-        return s - slopes[hi] * (i + n - m - j)
+        return s - slopes.to(s.dtype)[hi] * (
+            i + n - m - j
+        )  # s: float32 in kernels, bf16 in the yardstick
 
     g = torch.Generator().manual_seed(2)
     float_mask = torch.randn(b, 1, m, n, generator=g, dtype=F64).to(torch.bfloat16)
@@ -184,7 +186,7 @@ def test_explain_says_why_flex_is_passed_over(monkeypatch: pytest.MonkeyPatch) -
     for words, text in reasons.items():
         line = next(x for x in text.splitlines() if "passed over flex" in x)
         assert words in line, (words, text)
-    with pytest.raises(ValueError, match="'flex'.*below"):
+    with pytest.raises(ValueError, match=r"'flex'.*below"):
         ak.attention(*qkv(1, 2, 2, 8, 8, 4), score_mod=soft_cap, backend="flex")
 
 

@@ -94,7 +94,9 @@ class Backend:
         if not self.traceable and torch.compiler.is_compiling():
             why.append("torch.compile is tracing (this backend branches on tensor values)")
         if not self.gradients and needs_gradients(call):
-            why.append("gradients are needed (autograd is on and an input or parameter requires grad)")
+            why.append(
+                "gradients are needed (autograd is on and an input or parameter requires grad)"
+            )
         if self.limits is not None:
             why.extend(self.limits(call))
         return why
