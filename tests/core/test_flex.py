@@ -49,9 +49,11 @@ def soft_cap(s: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
     return 30 * torch.tanh(s / 30)
 
 
-def qkv(b: int, h: int, h_kv: int, m: int, n: int, d: int, seed: int = 0) -> list[Tensor]:
+def qkv(
+    b: int, h: int, h_kv: int, m: int, n: int, d: int, seed: int = 0, d_v: int | None = None
+) -> list[Tensor]:
     g = torch.Generator().manual_seed(seed)
-    shapes = [(b, h, m, d), (b, h_kv, n, d), (b, h_kv, n, d)]
+    shapes = [(b, h, m, d), (b, h_kv, n, d), (b, h_kv, n, d_v or d)]
     return [torch.randn(s, generator=g, dtype=F64).float() for s in shapes]
 
 
@@ -100,17 +102,17 @@ def test_soft_capping_matches_the_formula(compiled: None) -> None:
 def test_masks_gqa_alibi_activated_general_and_empty_rows_in_bfloat16(compiled: None) -> None:
     """One kernel for everything else (each compile costs seconds): the activated general score
     ``tanh(kᵀ W q + b) · scale`` (Table 2); grouped-query heads (4 query heads, 2 key/value
-    heads); M = 24 != N = 40; causal (bottom-right); a sliding-window ``mask_mod``; key padding
-    by a float mask (``-inf``) that also adds finite values; rows with no admissible key (batch 1
-    has no keys; rows 3 and 7 of batch 0 are masked out); an ALiBi ``score_mod`` reading a
-    captured per-head slope tensor; bfloat16 inputs (the score's parameters stay float32, as
-    mixed precision keeps them)."""
+    heads); M = 24 != N = 40; values of 8 features, keys of 16; causal (bottom-right); a
+    sliding-window ``mask_mod``; key padding by a float mask (``-inf``) that also adds finite
+    values; rows with no admissible key (batch 1 has no keys; rows 3 and 7 of batch 0 are masked
+    out); an ALiBi ``score_mod`` reading a captured per-head slope tensor; bfloat16 inputs (the
+    score's parameters stay float32, as mixed precision keeps them)."""
     b, h, m, n, d = 2, 4, 24, 40, 16
     torch.manual_seed(1)
     score = ak.scores.ActivatedGeneral(d, d)
     with torch.no_grad():
         score.bias.fill_(0.3)
-    q, k, v = (t.to(torch.bfloat16) for t in qkv(b, h, 2, m, n, d, seed=1))
+    q, k, v = (t.to(torch.bfloat16) for t in qkv(b, h, 2, m, n, d, seed=1, d_v=8))
     slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
 
     def alibi(s: Tensor, bi: Tensor, hi: Tensor, i: Tensor, j: Tensor) -> Tensor:
