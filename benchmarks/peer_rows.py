@@ -554,6 +554,10 @@ ROWS = [
             "flex": Peer("torch.compile(flex_attention)"),
         },
         peer_gib=lambda impl, cfg: HEADS * cfg["n"] ** 2 * 4 * 5 / GIB if impl == "xt" else 0.0,
+        note="attnkit runs these calls on its `flex` backend (compiled FlexAttention over "
+        "128-query tiles; B·H·n² >= 2^25 from n = 2048) and `--quick`'s n = 128 on `tiled`; "
+        "the peer calls compiled FlexAttention without a block mask, as users do. Memory is "
+        "measured on the call after the one that compiled.",
     ),
     Row(
         "additive",

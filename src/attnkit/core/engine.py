@@ -21,13 +21,14 @@ from attnkit.core.align import Align, Entmax15, Softmax, Sparsemax
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
 from attnkit.core.chunked import chunked_attention
 from attnkit.core.dense import dense_attention
+from attnkit.core.flex import FLEX_DTYPES, flex_attention_forward, flex_limits
 from attnkit.core.hooks import observed, run_hooked
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.reference import reference_attention
 from attnkit.core.scores import Score
 from attnkit.core.sdpa import sdpa_attention
 from attnkit.core.sparse_rows import sparse_rows_attention
-from attnkit.core.tiled import tiled_attention
+from attnkit.core.tiled import captured_tensors, tiled_attention
 
 ALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -60,6 +61,9 @@ class Backend:
     # runs under torch.compile: no Python branch on tensor values (the others read values to
     # choose a kernel or skip blocks, which dynamo cannot trace)
     traceable: bool = False
+    gradients: bool = True  # computes gradients (else passed over when autograd needs them)
+    # reasons only the backend can judge (e.g. which scores a compiled kernel expresses)
+    limits: Callable[[AttentionCall], list[str]] | None = None
 
     def reasons(self, call: AttentionCall, forced: bool = False) -> list[str]:
         """Why this backend cannot compute ``call`` (empty when it can); ``forced``: the caller
@@ -98,7 +102,23 @@ class Backend:
             why.append(f"device {call.q.device.type!r} is not supported")
         if not self.traceable and torch.compiler.is_compiling():
             why.append("torch.compile is tracing (this backend branches on tensor values)")
+        if not self.gradients and needs_gradients(call):
+            why.append(
+                "gradients are needed (autograd is on and an input or parameter requires grad)"
+            )
+        if self.limits is not None:
+            why.extend(self.limits(call))
         return why
+
+
+def needs_gradients(call: AttentionCall) -> bool:
+    """Whether autograd would differentiate ``call``: grad mode is on and ``q``, ``k``, ``v``,
+    the float mask, the score's parameters or a tensor a mod captures requires grad."""
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [call.q, call.k, call.v, call.bias, *call.score.parameters()]
+    tensors += captured_tensors(call.score_mod) + captured_tensors(call.mask_mod)
+    return any(t is not None and t.requires_grad for t in tensors)
 
 
 BACKENDS: list[Backend] = [
@@ -124,6 +144,21 @@ BACKENDS: list[Backend] = [
         multi_dimensional=False,
         only_weights=True,
         score_mod=False,
+    ),
+    Backend(
+        "flex",
+        "compiled FlexAttention (torch.compile: C++ on the CPU, Triton on CUDA), forward only: "
+        "dot-product scores (or act() of one) with score_mod, masks and causal",
+        flex_attention_forward,
+        aligns=(Softmax,),
+        multi_dimensional=False,
+        weights=False,
+        lse=False,
+        dropout=False,
+        summary=False,
+        dtypes=FLEX_DTYPES,
+        gradients=False,
+        limits=flex_limits,
     ),
     Backend(
         "tiled",
