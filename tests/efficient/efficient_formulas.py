@@ -63,3 +63,20 @@ def favor_attention(
         a = torch.where(allowed, a, torch.zeros_like(a))
     den = a.sum(-1, keepdim=True)
     return torch.where(den > 0, (a @ v) / torch.where(den > 0, den, 1), 0)
+
+
+def value_conv_residual(v: Tensor, weight: Tensor, keep: Tensor | None) -> Tensor:
+    """The Nyströmformer value residual (the ``nystrom-attention`` package's ``res_conv``), one
+    tap at a time: ``r_i = Σ_t w[h, t] · v_{i + t - K//2}`` over positions inside the sequence,
+    with masked-out values read as zeros. ``v [B, H, N, d_v]``, ``weight [H, 1, K, 1]``,
+    ``keep`` bool ``[B, N]`` or None."""
+    if keep is not None:
+        v = v * keep[:, None, :, None].to(v.dtype)
+    n, size = v.shape[-2], weight.shape[-2]
+    out = torch.zeros_like(v)
+    for t in range(size):
+        shift = t - size // 2  # r_i reads v_{i + shift}
+        w = weight[:, 0, t, 0].to(v.dtype)[None, :, None, None]
+        lo, hi = max(0, -shift), min(n, n - shift)
+        out[:, :, lo:hi] += w * v[:, :, lo + shift : hi + shift]
+    return out
