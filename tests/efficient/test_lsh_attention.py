@@ -208,3 +208,26 @@ def test_causal_with_buckets_does_not_leak_the_future(n_rounds: int, across: boo
         v2[:, :, 128:] = torch.randn(2, 2, 128, 16, generator=new)
         again = lsh_attention(q2, q2, v2, bucket_size=16, causal=True, **options).context
         assert torch.equal(again[:, :, :128], out[:, :, :128].detach())
+
+
+@pytest.mark.parametrize("across", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("length", "bucket_size"), [(96, 8), (45, 4), (64, 16)])
+def test_one_round_without_mask_equals_reference(
+    length: int, bucket_size: int, causal: bool, across: bool
+) -> None:
+    """No key mask, one round: the fused paths (causal own-bucket: the band and a per-chunk
+    look-back bias, no mask pass) equal the per-query loop, gradients included."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, length, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, length, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    options = {"bucket_size": bucket_size, "seed": 3, "causal": causal}
+    out = lsh_attention(q, q, v, attend_across_buckets=across, **options).context
+    keep = torch.ones(2, length, dtype=torch.bool)
+    expected = _reference_lsh(q, v, keep, bucket_size, 1, 3, causal, across)
+    assert (out - expected).abs().max().item() <= 1e-10
+    probe = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((out * probe).sum(), (q, v))
+    want = torch.autograd.grad((expected * probe).sum(), (q, v))
+    for a, b in zip(got, want, strict=True):
+        assert (a - b).abs().max().item() <= 1e-9

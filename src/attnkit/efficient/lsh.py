@@ -79,9 +79,15 @@ def lsh_buckets(x: Tensor, n_buckets: int, rotations: Tensor) -> Tensor:
     return torch.cat([rotated, -rotated], -1).argmax(-1)
 
 
-def _gather_rows(x: Tensor, index: Tensor) -> Tensor:
-    """``x [B, H, L, e]`` at rows ``index [B, H, S]``: ``[B, H, S, e]``."""
-    return x.gather(2, index.unsqueeze(-1).expand(*index.shape, x.shape[-1]))
+def _rows(x: Tensor, index: Tensor) -> Tensor:
+    """``x [B, H, L, e]`` at positions ``index [B, H, ...]`` (``L``, an empty slot, reads row
+    ``L - 1``: its key is masked and its query's output never read): ``[B, H, ..., e]``. One
+    row-wise ``index_select`` (backward: one ``index_add_``), cheaper than an element-wise
+    ``gather`` with an expanded index."""
+    b, h, length, e = x.shape
+    base = torch.arange(b * h, device=x.device).view(b, h, *[1] * (index.dim() - 2)) * length
+    flat = (index.clamp(max=length - 1) + base).flatten()
+    return x.reshape(b * h * length, e).index_select(0, flat).view(*index.shape, e)
 
 
 def _with_previous(x: Tensor, chunk: int, previous: Tensor | None) -> Tensor:
@@ -160,26 +166,30 @@ def _aligned_slots(
     return slot_position, torch.where(index > first_chunk, index - 1, back)
 
 
-def _attend_chunks(
-    sq: Tensor, wk: Tensor, wv: Tensor, allowed: Tensor, scale: float, with_lse: bool
-) -> tuple[Tensor, Tensor | None]:
+def _fused_chunks(sq: Tensor, wk: Tensor, wv: Tensor, bias: Tensor, scale: float) -> Tensor:
     """Each chunk's queries ``sq [B, H, nc, c, d]`` over its keys ``wk [B, H, nc, w, d]``
-    (values ``wv``), ``allowed [B, H, nc, c, w]`` bool. Returns the context ``[B, H, nc·c, d_v]``
-    and, if ``with_lse``, the log-normaliser ``[B, H, nc·c]`` (``-inf`` for a query with no key);
-    a query with no key gets zeros, never NaN."""
+    (values ``wv``) in torch's fused kernel, with the additive ``bias`` (0, -inf, or the self
+    penalty; broadcastable to ``[B, H, nc, c, w]``; no row all -inf): context ``[B, H, nc·c, d_v]``.
+    """
     b, h, nc, c, d = sq.shape
+    out = F.scaled_dot_product_attention(
+        sq.view(b * h, nc, c, d),
+        wk.view(b * h, nc, -1, d),
+        wv.view(b * h, nc, -1, wv.shape[-1]),
+        attn_mask=bias.expand(b, h, nc, c, -1).reshape(b * h, nc, c, -1),
+        scale=scale,
+    )
+    return out.view(b, h, nc * c, -1)
+
+
+def _explicit_chunks(
+    sq: Tensor, wk: Tensor, wv: Tensor, allowed: Tensor, scale: float
+) -> tuple[Tensor, Tensor]:
+    """As :func:`_fused_chunks` with ``allowed [B, H, nc, c, w]`` bool (the self rule applied),
+    scores formed: returns the context ``[B, H, nc·c, d_v]`` and the log-normaliser
+    ``[B, H, nc·c]`` (``-inf`` for a query with no key) that multi-round hashing combines; a
+    query with no key gets zeros, never NaN."""
     has_key = allowed.any(-1, keepdim=True)
-    if not with_lse:
-        # fused kernel (scores never materialised); an empty row attends every key inside the
-        # kernel and its output is discarded
-        out = F.scaled_dot_product_attention(
-            sq.reshape(b * h, nc, c, d),
-            wk.reshape(b * h, nc, -1, d),
-            wv.reshape(b * h, nc, -1, wv.shape[-1]),
-            attn_mask=(allowed | ~has_key).reshape(b * h, nc, c, -1),
-            scale=scale,
-        ).view(b, h, nc, c, -1)
-        return torch.where(has_key, out, 0.0).flatten(2, 3), None
     scores = ((sq * scale) @ wk.transpose(-1, -2)).masked_fill(~allowed, -math.inf)
     # the row maximum, detached and finite, instead of logsumexp: an empty row then gives zeros
     # and a -inf normaliser with zero (not NaN) gradients
@@ -189,6 +199,13 @@ def _attend_chunks(
     total = torch.where(has_key, e.sum(-1, keepdim=True), 1.0)
     lse = torch.where(has_key, top + torch.log(total), -math.inf)
     return (e / total @ wv).flatten(2, 3), lse.squeeze(-1).flatten(2, 3)
+
+
+def _self_penalty(dtype: torch.dtype) -> float:
+    """Added to a query's score with itself in the fused path: its weight is then exactly 0
+    beside any other admissible key (exp underflows) and 1 when it is alone, the self rule
+    without a pass over the mask."""
+    return -torch.finfo(dtype).max / 2
 
 
 def _self_rule(allowed: Tensor, chunk: int) -> Tensor:
@@ -264,18 +281,21 @@ class LSHAttention(EfficientKind):
         n_buckets = 1 if length <= c else 2 * math.ceil(math.ceil(length / c) / 2)
         generator = torch.Generator().manual_seed(self.seed)
         across = self.attend_across_buckets
-        # one empty row at index L: what the empty slots of the sorted order read
         keep = torch.ones(b, h, length, dtype=torch.bool, device=device)
         if key_mask is not None:
             keep = keep & key_mask[..., 0, :]
-        keep = F.pad(keep, (0, 1), value=False)
-        q_p, k_p, v_p = (F.pad(x, (0, 0, 0, 1)) for x in (call.q, keys, call.v))
+        keep = F.pad(keep, (0, 1), value=False)  # position L: an empty slot
         # causal, own bucket: the query of rank r = t·c + a (row a of its chunk) attends ranks
         # r - c … r: columns s <= a of its chunk and s >= a of the previous one (rank (t-1)·c +
         # s), which holds the same bucket when t > 0. One [c, 2c] pattern for every chunk.
         t_in = torch.arange(c, device=device)[:, None]
         s_in = torch.arange(2 * c, device=device)[None, :]
         band = torch.where(s_in < c, s_in <= t_in, s_in - c >= t_in)
+
+        fused = self.n_rounds == 1
+        band_bias = torch.zeros(c, 2 * c, dtype=call.q.dtype, device=device)
+        band_bias = band_bias.masked_fill(~band, -math.inf)
+        band_bias[:, :c].fill_diagonal_(_self_penalty(call.q.dtype))
 
         outputs, normalisers = [], []
         for _ in range(self.n_rounds):
@@ -290,37 +310,42 @@ class LSHAttention(EfficientKind):
             else:  # the first chunk looks back at the last
                 position, n_chunks = _plain_slots(buckets, c), math.ceil(length / c)
                 previous = torch.arange(-1, n_chunks - 1, device=device) % n_chunks
-            # each slot's bucket as a key (-1: masked or empty) and as a query
+            own = position[..., : n_chunks * c].view(b, h, n_chunks, c)
+            window = _with_previous(position, c, previous)  # [B, H, nc, w] positions
+            sq = _rows(call.q, own)
+            wk, wv = _rows(keys, window), _rows(call.v, window)
+            # each slot's bucket (n_buckets: empty)
             slot_bucket = F.pad(buckets, (0, 1), value=n_buckets).gather(2, position)
-            key_bucket = torch.where(keep.gather(2, position), slot_bucket, -1)
-            q_bucket = slot_bucket[..., : n_chunks * c].view(b, h, n_chunks, c, 1)
-            k_bucket = _with_previous(key_bucket, c, previous).unsqueeze(-2)  # [B,H,nc,1,w]
-            same = k_bucket == q_bucket
-            window = band[:, : k_bucket.shape[-1]]
-            if call.causal and across and n_buckets > 1:
-                # own bucket: the band; another bucket (a first chunk's look-back): j <= i
-                pos_k = _with_previous(position, c, previous).unsqueeze(-2)
-                pos_q = position[..., : n_chunks * c].view(b, h, n_chunks, c, 1)
-                other = (k_bucket >= 0) & ~same & (pos_k <= pos_q)
-                allowed = (same & window) | other
-            elif across:
-                allowed = (k_bucket >= 0).expand(-1, -1, -1, c, -1)
-                if call.causal:
-                    allowed = allowed & window
+            simple = fused and call.causal and not across and key_mask is None
+            if simple and previous is not None and previous.dim() == 1:
+                # chunks hold one bucket, a query's keys are all real: the band, and the
+                # previous chunk only when it holds the same bucket; one broadcast add
+                firsts = slot_bucket.view(b, h, n_chunks + 1, c)[..., 0]  # [B, H, nc + 1]
+                prev_same = firsts[..., :n_chunks] == firsts.index_select(2, previous)
+                back_bias = torch.where(prev_same, 0.0, -math.inf).to(call.q.dtype)
+                column_bias = F.pad(back_bias[..., None, None].expand(-1, -1, -1, 1, c), (c, 0))
+                out = _fused_chunks(sq, wk, wv, band_bias + column_bias, call.scale)
+                lse = None
             else:
-                allowed = same & window if call.causal else same
-            allowed = _self_rule(allowed, c)
-            sq = _gather_rows(q_p, position[..., : n_chunks * c]).view(b, h, n_chunks, c, d)
-            wk = _with_previous(_gather_rows(k_p, position), c, previous)
-            wv = _with_previous(_gather_rows(v_p, position), c, previous)
-            out, lse = _attend_chunks(sq, wk, wv, allowed, call.scale, self.n_rounds > 1)
+                allowed = self._allowed(
+                    slot_bucket, keep, position, previous, band, c, n_chunks, call.causal
+                )
+                if fused:
+                    has_key = allowed.any(-1, keepdim=True)
+                    bias = torch.where(allowed | ~has_key, 0.0, -math.inf).to(call.q.dtype)
+                    bias[..., :c].diagonal(dim1=-2, dim2=-1).add_(_self_penalty(call.q.dtype))
+                    out = _fused_chunks(sq, wk, wv, bias, call.scale)
+                    out = torch.where(has_key.flatten(2, 3), out, 0.0)
+                    lse = None
+                else:
+                    out, lse = _explicit_chunks(sq, wk, wv, _self_rule(allowed, c), call.scale)
             # back to positions: slot of each position (empty slots are never read)
             slot_of = torch.empty(b, h, length + 1, dtype=torch.long, device=device)
             slot_of.scatter_(
                 2, position, torch.arange(position.shape[-1], device=device).expand_as(position)
             )
             slot_of = slot_of[..., :length]
-            outputs.append(_gather_rows(out, slot_of))
+            outputs.append(_rows(out, slot_of))
             if lse is not None:
                 normalisers.append(lse.gather(2, slot_of))
 
@@ -335,6 +360,36 @@ class LSHAttention(EfficientKind):
             share = share / torch.where(total > 0, total, torch.ones_like(total))
             context = (share.unsqueeze(-1) * torch.stack(outputs)).sum(0)
         return call.output(context)
+
+    def _allowed(
+        self,
+        slot_bucket: Tensor,
+        keep: Tensor,
+        position: Tensor,
+        previous: Tensor | None,
+        band: Tensor,
+        c: int,
+        n_chunks: int,
+        causal: bool,
+    ) -> Tensor:
+        """Which window keys each chunk's queries may attend, ``[B, H, nc, c, w]`` bool, before
+        the self rule (module doc)."""
+        b, h = slot_bucket.shape[:2]
+        key_bucket = torch.where(keep.gather(2, position), slot_bucket, -1)  # -1: masked, empty
+        q_bucket = slot_bucket[..., : n_chunks * c].view(b, h, n_chunks, c, 1)
+        k_bucket = _with_previous(key_bucket, c, previous).unsqueeze(-2)  # [B, H, nc, 1, w]
+        window = band[:, : k_bucket.shape[-1]]
+        if not self.attend_across_buckets:
+            same = k_bucket == q_bucket
+            return same & window if causal else same
+        if not causal or previous is None:  # every real key of the window
+            valid = (k_bucket >= 0).expand(-1, -1, -1, c, -1)
+            return valid & window if causal else valid
+        # own bucket: the band; another bucket (a first chunk's look-back): j <= i
+        same = k_bucket == q_bucket
+        pos_k = _with_previous(position, c, previous).unsqueeze(-2)
+        pos_q = position[..., : n_chunks * c].view(b, h, n_chunks, c, 1)
+        return (same & window) | ((k_bucket >= 0) & ~same & (pos_k <= pos_q))
 
     def extra_repr(self) -> str:
         across = ", attend_across_buckets=True" if self.attend_across_buckets else ""
