@@ -80,3 +80,17 @@ def value_conv_residual(v: Tensor, weight: Tensor, keep: Tensor | None) -> Tenso
         lo, hi = max(0, -shift), min(n, n - shift)
         out[:, :, lo:hi] += w * v[:, :, lo + shift : hi + shift]
     return out
+
+
+def look_around(m: int, n: int, w: int, back: int, forward: int, exact: bool, is_causal: bool):
+    """local-attention's blocks (``local-attention`` package, ``look_backward``/``look_forward``):
+    with ``p = i + n - m``, key ``j`` when ``floor(j/w) - floor(p/w)`` is in ``-back … forward``;
+    ``exact``: ``p - w·back <= j <= p + w·forward`` instead; causal: also ``j <= p``."""
+    p = torch.arange(m)[:, None] + n - m
+    j = torch.arange(n)[None, :]
+    if exact:
+        allowed = (j >= p - w * back) & (j <= p + w * forward)
+    else:
+        apart = j.div(w, rounding_mode="floor") - p.div(w, rounding_mode="floor")
+        allowed = (apart >= -back) & (apart <= forward)
+    return allowed & (j <= p) if is_causal else allowed
