@@ -94,3 +94,27 @@ def look_around(m: int, n: int, w: int, back: int, forward: int, exact: bool, is
         apart = j.div(w, rounding_mode="floor") - p.div(w, rounding_mode="floor")
         allowed = (apart >= -back) & (apart <= forward)
     return allowed & (j <= p) if is_causal else allowed
+
+
+def generalized_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    omega: Tensor,
+    kernel_fn,
+    epsilon: float,
+    allowed: Tensor | None,
+    scale: float,
+) -> Tensor:
+    """Performer's generalized attention (Choromanski et al. 2021 §2.2), materialised:
+    ``φ(x) = f(ω x) + ε`` of ``x = scale^(1/2) q`` (and of the keys), ``A = φ(Q) φ(K)^T`` over the
+    admissible keys, ``out = A V / A 1``."""
+
+    def phi(x: Tensor) -> Tensor:
+        return kernel_fn(x @ omega.T) + epsilon
+
+    a = phi(q * scale**0.5) @ phi(k * scale**0.5).transpose(-1, -2)
+    if allowed is not None:
+        a = torch.where(allowed, a, torch.zeros_like(a))
+    den = a.sum(-1, keepdim=True)
+    return torch.where(den > 0, (a @ v) / torch.where(den > 0, den, 1), 0)
