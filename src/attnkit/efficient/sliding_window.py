@@ -131,6 +131,9 @@ def banded_attention(
     offset = n - m
     n_blocks = math.ceil(m / t_len)
     lb, rb = math.ceil(left / t_len), math.ceil(right / t_len)
+    if key_blocks is not None and key_blocks[0] == t_len and offset % t_len == 0:
+        # query blocks are the key blocks: exactly `back` blocks before and `forward` after
+        lb, rb = key_blocks[1], min(rb, key_blocks[2])
     reach = lb + rb + 1  # key blocks each query block meets
     # Pad keys so that the key block holding query block n's own positions starts at a block
     # boundary, with lb whole blocks before it: key block n + c + r is then a view.
@@ -309,9 +312,11 @@ class SlidingWindowAttention(EfficientKind):
         left, right, key_blocks = _reach(
             self.window, self.look_backward, self.look_forward, self.exact_windowsize, call.causal
         )
+        # block-aligned: query blocks of w (up to 512) meet exactly the look-around key blocks
+        block = self.window if key_blocks is not None and self.window <= 512 else None
         context = banded_attention(
             call.q, call.k, call.v, left=left, right=right, scale=call.scale, mask=call.mask,
-            key_blocks=key_blocks,
+            key_blocks=key_blocks, block=block,
         )  # fmt: skip
         return call.output(context)
 
