@@ -37,12 +37,19 @@ D, HEADS, E = 64, 8, 512
 # --- attnkit's efficient kinds (the function-level API) ---------------------------------------
 
 
-def attnkit_nystrom(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    return nystrom_attention(q, k, v, landmarks=64, pinv_iterations=6).context
+def attnkit_nystrom(q: Tensor, k: Tensor, v: Tensor, residual: Tensor | None = None) -> Tensor:
+    return nystrom_attention(
+        q, k, v, landmarks=64, pinv_iterations=6, residual_weight=residual
+    ).context
 
 
-def attnkit_performer(q: Tensor, k: Tensor, v: Tensor, omega: Tensor, causal: bool) -> Tensor:
-    return performer_attention(q, k, v, projection=omega, causal=causal).context
+def attnkit_performer(
+    q: Tensor, k: Tensor, v: Tensor, omega: Tensor, causal: bool, relu: bool = False
+) -> Tensor:
+    kernel_fn = torch.relu if relu else None
+    return performer_attention(
+        q, k, v, projection=omega, causal=causal, kernel_fn=kernel_fn
+    ).context
 
 
 def attnkit_linformer(q: Tensor, k: Tensor, v: Tensor, e: Tensor, f: Tensor) -> Tensor:
@@ -54,8 +61,18 @@ def attnkit_sliding_window(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Ten
     return sliding_window_attention(q, k, v, window=257, causal=causal).context
 
 
-def attnkit_lsh(qk: Tensor, v: Tensor, causal: bool) -> Tensor:
-    return lsh_attention(qk, qk, v, bucket_size=64, n_rounds=1, causal=causal).context
+def attnkit_local_blocks(q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+    # blocks of 256: its own and the previous one (and, non-causal, the next one)
+    forward = 0 if causal else 1
+    return sliding_window_attention(
+        q, k, v, window=256, look_backward=1, look_forward=forward, causal=causal
+    ).context
+
+
+def attnkit_lsh(qk: Tensor, v: Tensor, causal: bool, across: bool = False) -> Tensor:
+    return lsh_attention(
+        qk, qk, v, bucket_size=64, n_rounds=1, causal=causal, attend_across_buckets=across
+    ).context
 
 
 # --- shared pieces ----------------------------------------------------------------------------
@@ -217,36 +234,44 @@ def nystrom_weights() -> tuple[nn.Linear, nn.Linear]:
 
 def build_nystrom(impl: str, cfg: dict) -> Callable[[], object]:
     to_qkv, to_out = nystrom_weights()
+    residual = cfg.get("residual", False)
+    conv = nn.Conv2d(HEADS, HEADS, (33, 1), padding=(16, 0), groups=HEADS, bias=False)
     x = torch.randn(1, cfg["n"], E, generator=torch.Generator().manual_seed(1), requires_grad=True)
     if impl == "attnkit":
+        weight = conv.weight if residual else None
 
         def call() -> Tensor:
             q, k, v = (heads_of(t) for t in to_qkv(x).chunk(3, -1))
-            return to_out(merge_heads(attnkit_nystrom(q, k, v)))
+            return to_out(merge_heads(attnkit_nystrom(q, k, v, weight)))
 
         return timed(call, [x], True)
     from nystrom_attention import NystromAttention
 
     peer = NystromAttention(
-        dim=E, dim_head=D, heads=HEADS, num_landmarks=64, pinv_iterations=6, residual=False
+        dim=E, dim_head=D, heads=HEADS, num_landmarks=64, pinv_iterations=6, residual=residual
     )
     peer.to_qkv.load_state_dict(to_qkv.state_dict())
     peer.to_out[0].load_state_dict(to_out.state_dict())
+    if residual:
+        peer.res_conv.load_state_dict(conv.state_dict())
     return timed(lambda: peer(x), [x], True)
 
 
 def build_performer(impl: str, cfg: dict) -> Callable[[], object]:
     q, k, v = qkv(cfg["n"], True)
     omega = orthogonal_gaussian(256, D, generator=torch.Generator().manual_seed(0))
+    relu = cfg.get("kernel") == "relu"
     if impl == "attnkit":
         return timed(
-            lambda: attnkit_performer(q, k, v, omega, cfg["causal"]),
+            lambda: attnkit_performer(q, k, v, omega, cfg["causal"], relu),
             [q, k, v],
             True,
         )
     from performer_pytorch import FastAttention
 
-    peer = FastAttention(D, nb_features=256, causal=cfg["causal"])
+    peer = FastAttention(
+        D, nb_features=256, causal=cfg["causal"], generalized_attention=relu, kernel_fn=nn.ReLU()
+    )
     peer.projection_matrix.copy_(omega)
     return timed(lambda: peer(q, k, v), [q, k, v], True)
 
@@ -288,12 +313,10 @@ def build_linformer(impl: str, cfg: dict) -> Callable[[], object]:
 def build_sliding_window(impl: str, cfg: dict) -> Callable[[], object]:
     q, k, v = qkv(cfg["n"], True)
     causal = cfg["causal"]
+    blocks = cfg.get("blocks", False)
     if impl == "attnkit":
-        return timed(
-            lambda: attnkit_sliding_window(q, k, v, causal),
-            [q, k, v],
-            True,
-        )
+        attend = attnkit_local_blocks if blocks else attnkit_sliding_window
+        return timed(lambda: attend(q, k, v, causal), [q, k, v], True)
     from local_attention import LocalAttention
 
     peer = LocalAttention(
@@ -301,7 +324,7 @@ def build_sliding_window(impl: str, cfg: dict) -> Callable[[], object]:
         causal=causal,
         look_backward=1,
         look_forward=0 if causal else 1,
-        exact_windowsize=True,
+        exact_windowsize=not blocks,
     )
     return timed(lambda: peer(q, k, v), [q, k, v], True)
 
@@ -309,16 +332,13 @@ def build_sliding_window(impl: str, cfg: dict) -> Callable[[], object]:
 def build_lsh(impl: str, cfg: dict) -> Callable[[], object]:
     qk, _, v = qkv(cfg["n"], True)
     causal = cfg["causal"]
+    across = cfg.get("across", False)
     if impl == "attnkit":
-        return timed(
-            lambda: attnkit_lsh(qk, v, causal),
-            [qk, v],
-            True,
-        )
+        return timed(lambda: attnkit_lsh(qk, v, causal, across), [qk, v], True)
     from reformer_pytorch.reformer_pytorch import LSHAttention
 
     torch.manual_seed(0)  # the peer draws its rotations from the global generator
-    peer = LSHAttention(bucket_size=64, n_hashes=1, causal=causal, attend_across_buckets=False)
+    peer = LSHAttention(bucket_size=64, n_hashes=1, causal=causal, attend_across_buckets=across)
     peer.eval()  # training mode caches the buckets for reversible layers: not wanted here
 
     def call() -> Tensor:
@@ -501,6 +521,16 @@ ROWS = [
         {"peer": Peer("nystrom-attention", "nystrom_attention", "nystrom-attention")},
     ),
     Row(
+        "nystrom_residual",
+        "Nyström with the depthwise-convolution value residual (kernel 33, the package's "
+        "default; same weights) vs nystrom-attention",
+        build_nystrom,
+        lambda quick: grid(n=[256] if quick else [4096], residual=[True], mode=["fwd+bwd"]),
+        {"peer": Peer("nystrom-attention", "nystrom_attention", "nystrom-attention")},
+        note="`nystrom_attention(..., residual_weight=res_conv.weight)` vs "
+        "`NystromAttention(..., residual=True)` with `res_conv` copied.",
+    ),
+    Row(
         "performer",
         "Performer (FAVOR+, 256 features, same ω) vs performer-pytorch",
         build_performer,
@@ -512,6 +542,18 @@ ROWS = [
         note="agree: max |Δ| from the peer; then both errors from exact softmax attention in "
         "float64 (attnkit / peer). The same features ω, but performer-pytorch adds 1e-4 to every "
         "feature, so the estimates differ by design.",
+    ),
+    Row(
+        "performer_relu",
+        "Performer, generalized attention with ReLU features (256 features, same ω) vs "
+        "performer-pytorch (`generalized_attention=True`)",
+        build_performer,
+        lambda quick: grid(
+            n=[256] if quick else [4096], causal=[False, True], kernel=["relu"], mode=["fwd+bwd"]
+        ),
+        {"peer": Peer("performer-pytorch", "performer_pytorch", "performer-pytorch")},
+        note="`performer_attention(..., kernel_fn=torch.relu)` (φ(x) = ReLU(ωx) + 1e-3) vs "
+        "`FastAttention(..., generalized_attention=True, kernel_fn=nn.ReLU())`, the same kernel.",
     ),
     Row(
         "linformer",
@@ -530,6 +572,18 @@ ROWS = [
         {"peer": Peer("local-attention", "local_attention", "local-attention")},
     ),
     Row(
+        "local_blocks",
+        "Local attention in blocks of 256 (look back 1, forward 1 or 0 causal) vs local-attention "
+        "(`exact_windowsize=False`)",
+        build_sliding_window,
+        lambda quick: grid(
+            n=[512] if quick else [4096], causal=[False, True], blocks=[True], mode=["fwd+bwd"]
+        ),
+        {"peer": Peer("local-attention", "local_attention", "local-attention")},
+        note="`sliding_window_attention(window=256, look_backward=1, look_forward=…)` vs "
+        "`LocalAttention(window_size=256, look_backward=1, look_forward=…)`: the same keys.",
+    ),
+    Row(
         "lsh",
         "LSH (shared QK, chunks of 64, 1 round, own bucket only) vs reformer-pytorch",
         build_lsh,
@@ -543,6 +597,21 @@ ROWS = [
         "causal chunks differ by design (attnkit starts a chunk at each bucket's run, so no output "
         "depends on a later input); then both errors from exact shared-QK attention in float64 "
         "(attnkit / peer).",
+    ),
+    Row(
+        "lsh_across",
+        "LSH attending across buckets (chunks of 64, 1 round) vs reformer-pytorch "
+        "(`attend_across_buckets=True`, its default)",
+        build_lsh,
+        lambda quick: grid(
+            n=[256] if quick else [8192], causal=[False, True], across=[True], mode=["fwd+bwd"]
+        ),
+        {"peer": Peer("reformer-pytorch", "reformer_pytorch", "reformer-pytorch")},
+        reference=lsh_reference,
+        note="As the `lsh` row, with `attend_across_buckets=True` in both. Non-causal they attend "
+        "the same keys (every key of the two chunks); causal, attnkit's first chunk of a bucket "
+        "looks back at the previous bucket's chunk current when the bucket started (no future "
+        "leak), reformer-pytorch's at that bucket's last chunk.",
     ),
     Row(
         "softcap",

@@ -63,3 +63,58 @@ def favor_attention(
         a = torch.where(allowed, a, torch.zeros_like(a))
     den = a.sum(-1, keepdim=True)
     return torch.where(den > 0, (a @ v) / torch.where(den > 0, den, 1), 0)
+
+
+def value_conv_residual(v: Tensor, weight: Tensor, keep: Tensor | None) -> Tensor:
+    """The Nyströmformer value residual (the ``nystrom-attention`` package's ``res_conv``), one
+    tap at a time: ``r_i = Σ_t w[h, t] · v_{i + t - K//2}`` over positions inside the sequence,
+    with masked-out values read as zeros. ``v [B, H, N, d_v]``, ``weight [H, 1, K, 1]``,
+    ``keep`` bool ``[B, N]`` or None."""
+    if keep is not None:
+        v = v * keep[:, None, :, None].to(v.dtype)
+    n, size = v.shape[-2], weight.shape[-2]
+    out = torch.zeros_like(v)
+    for t in range(size):
+        shift = t - size // 2  # r_i reads v_{i + shift}
+        w = weight[:, 0, t, 0].to(v.dtype)[None, :, None, None]
+        lo, hi = max(0, -shift), min(n, n - shift)
+        out[:, :, lo:hi] += w * v[:, :, lo + shift : hi + shift]
+    return out
+
+
+def look_around(m: int, n: int, w: int, back: int, forward: int, exact: bool, is_causal: bool):
+    """local-attention's blocks (``local-attention`` package, ``look_backward``/``look_forward``):
+    with ``p = i + n - m``, key ``j`` when ``floor(j/w) - floor(p/w)`` is in ``-back … forward``;
+    ``exact``: ``p - w·back <= j <= p + w·forward`` instead; causal: also ``j <= p``."""
+    p = torch.arange(m)[:, None] + n - m
+    j = torch.arange(n)[None, :]
+    if exact:
+        allowed = (j >= p - w * back) & (j <= p + w * forward)
+    else:
+        apart = j.div(w, rounding_mode="floor") - p.div(w, rounding_mode="floor")
+        allowed = (apart >= -back) & (apart <= forward)
+    return allowed & (j <= p) if is_causal else allowed
+
+
+def generalized_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    omega: Tensor,
+    kernel_fn,
+    epsilon: float,
+    allowed: Tensor | None,
+    scale: float,
+) -> Tensor:
+    """Performer's generalized attention (Choromanski et al. 2021 §2.2), materialised:
+    ``φ(x) = f(ω x) + ε`` of ``x = scale^(1/2) q`` (and of the keys), ``A = φ(Q) φ(K)^T`` over the
+    admissible keys, ``out = A V / A 1``."""
+
+    def phi(x: Tensor) -> Tensor:
+        return kernel_fn(x @ omega.T) + epsilon
+
+    a = phi(q * scale**0.5) @ phi(k * scale**0.5).transpose(-1, -2)
+    if allowed is not None:
+        a = torch.where(allowed, a, torch.zeros_like(a))
+    den = a.sum(-1, keepdim=True)
+    return torch.where(den > 0, (a @ v) / torch.where(den > 0, den, 1), 0)

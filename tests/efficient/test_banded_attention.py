@@ -236,3 +236,64 @@ def test_grouped_key_value_heads_equal_repeated_heads() -> None:
         q, k1.repeat_interleave(2, 1), v1.repeat_interleave(2, 1), window=5
     ).context
     assert torch.equal(grouped, repeated)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize(
+    ("m", "n", "w", "back", "forward", "causal"),
+    [
+        (64, 64, 8, 1, 1, False),
+        (64, 64, 8, 1, 0, True),
+        (50, 50, 7, 2, 0, False),
+        (50, 50, 7, 3, None, True),
+        (40, 40, 16, 0, 2, False),
+        (12, 45, 6, 1, 1, False),
+        (45, 12, 4, 2, 0, True),
+        (33, 33, 200, 1, 1, False),
+    ],
+)
+def test_look_around_equals_dense_mask(
+    m: int, n: int, w: int, back: int, forward: int | None, causal: bool, exact: bool
+) -> None:
+    """Blocks of w with look-back/look-forward counts (and the exact window) equal dense softmax
+    attention with the same boolean mask in float64, with key padding, gradients included."""
+    q, k, v = (t.double().requires_grad_() for t in _inputs(2, 3, m, n, seed=4))
+    pad = ak.masks.padding(torch.tensor([n, max(n - 5, 1)]), n)
+    options = {"look_backward": back, "look_forward": forward, "exact_windowsize": exact}
+    out = sliding_window_attention(q, k, v, window=w, causal=causal, mask=pad, **options).context
+    f = (0 if causal else 1) if forward is None else forward
+    allowed = ref.look_around(m, n, w, back, f, exact, causal) & pad
+    expected = _exact(q, k, v, allowed)
+    assert (out - expected).abs().max().item() <= 1e-12
+    probe = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    got = torch.autograd.grad((out * probe).sum(), (q, k, v))
+    want = torch.autograd.grad((expected * probe).sum(), (q, k, v))
+    for a, b in zip(got, want, strict=True):
+        assert (a - b).abs().max().item() <= 1e-12
+
+
+@pytest.mark.parametrize("exact", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_look_around_matches_local_attention_package(causal: bool, exact: bool) -> None:
+    """The ``local-attention`` package's ``LocalAttention(window_size=16, look_backward=2,
+    look_forward=…)`` (no positional embedding) on the same q, k, v, float32."""
+    package = pytest.importorskip("local_attention")
+    forward = 0 if causal else 1
+    peer = package.LocalAttention(
+        window_size=16, causal=causal, look_backward=2, look_forward=forward,
+        exact_windowsize=exact,
+    )  # fmt: skip
+    q, k, v = _inputs(2, 3, 96, 96, d=8, dv=8, seed=2)
+    out = sliding_window_attention(
+        q, k, v, window=16, look_backward=2, look_forward=forward, exact_windowsize=exact,
+        causal=causal,
+    ).context  # fmt: skip
+    assert (out - peer(q, k, v)).abs().max().item() <= 1e-5
+
+
+def test_look_around_is_checked() -> None:
+    q, k, v = _inputs(1, 1, 8, 8)
+    with pytest.raises(ValueError, match="cannot look forward"):
+        sliding_window_attention(q, k, v, window=4, look_forward=1, causal=True)
+    with pytest.raises(ValueError, match="look_backward must be a non-negative int"):
+        sliding_window_attention(q, k, v, window=4, look_backward=-1)

@@ -64,15 +64,18 @@ def test_separate_keys_are_refused() -> None:
         lsh_attention(x, x.clone(), x)
 
 
-def _reference_lsh(q, v, keep, bucket_size, n_rounds, seed, causal):
+def _reference_lsh(q, v, keep, bucket_size, n_rounds, seed, causal, across=False):
     """Reformer's LSH attention one query at a time, in float64 (Kitaev et al. 2020 §2).
 
     Per round: angular hash ``argmax([xR; -xR])`` of the normalised vectors with the rotations
     drawn from ``seed`` (``randn(d, n_buckets/2)`` per round); candidate keys of query ``i``:
-    non-causal, the same-bucket keys of its chunk and the previous chunk (first chunk: the last)
-    of the positions sorted by (bucket, position); causal, the keys ``j <= i`` of its bucket whose
-    rank in the bucket is at least ``c·(floor(rank_i / c) - 1)``. Self only if it is the only
-    admissible candidate. Rounds combined by ``softmax_r(log Σ exp)``.
+    non-causal, the keys of its chunk and the previous chunk (first chunk: the last) of the
+    positions sorted by (bucket, position), of its bucket unless ``across``; causal, the keys
+    ``j <= i`` of its bucket whose rank in the bucket is at least ``rank_i - c``, and with
+    ``across``, when ``rank_i < c``, the keys ``j <= i`` of bucket ``b - 1`` (cyclic) in its
+    chunk of ``c`` (by rank) that held the latest of its ``R`` positions before bucket ``b``'s
+    first position (none if ``R = 0``). Self only if it is the only admissible candidate. Rounds
+    combined by ``softmax_r(log Σ exp)``.
     """
     _, length, d = q.shape
     qd, vd = q.double(), v.double()
@@ -99,16 +102,32 @@ def _reference_lsh(q, v, keep, bucket_size, n_rounds, seed, causal):
             ordered = sorted(range(length), key=lambda i: (bucket[i], i))
             chunk_of = {p: s // c for s, p in enumerate(ordered)}
             rank = {i: sum(bucket[j] == bucket[i] for j in range(i)) for i in range(length)}
+            first_of = {}
+            for i in range(length):
+                first_of.setdefault(bucket[i], i)
             context = torch.zeros(length, v.shape[-1], dtype=torch.float64)
             lse = torch.full((length,), -math.inf, dtype=torch.float64)
             for i in range(length):
                 if causal:
-                    low = c * (rank[i] // c - 1)
+                    low = rank[i] - c
                     cand = [j for j in range(i + 1) if bucket[j] == bucket[i] and rank[j] >= low]
+                    if across and n_buckets > 1 and rank[i] < c:
+                        before = (bucket[i] - 1) % n_buckets
+                        start = first_of[bucket[i]]
+                        count = sum(bucket[j] == before for j in range(start))
+                        cand += [
+                            j
+                            for j in range(i + 1)
+                            if count > 0
+                            and bucket[j] == before
+                            and rank[j] // c == (count - 1) // c
+                        ]
                 else:
                     near = {chunk_of[i], (chunk_of[i] - 1) % n_chunks}
                     cand = [
-                        j for j in range(length) if chunk_of[j] in near and bucket[j] == bucket[i]
+                        j
+                        for j in range(length)
+                        if chunk_of[j] in near and (across or bucket[j] == bucket[i])
                     ]
                 cand = [j for j in cand if keep[batch, j]]
                 if [j for j in cand if j != i]:
@@ -125,14 +144,18 @@ def _reference_lsh(q, v, keep, bucket_size, n_rounds, seed, causal):
     return out
 
 
+@pytest.mark.parametrize("across", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
-    ("length", "bucket_size", "n_rounds"), [(45, 8, 3), (64, 16, 2), (7, 2, 2)]
+    ("length", "bucket_size", "n_rounds"),
+    [(45, 8, 3), (64, 16, 2), (7, 2, 2), (40, 4, 1), (96, 8, 1)],
 )
 def test_equals_per_query_reference(
-    length: int, bucket_size: int, n_rounds: int, causal: bool
+    length: int, bucket_size: int, n_rounds: int, causal: bool, across: bool
 ) -> None:
-    """Several buckets and rounds, with key padding: the chunked computation equals the loop."""
+    """Several buckets and rounds (one round: the fused path), with key padding, with and without
+    ``attend_across_buckets``: the chunked computation equals the loop, and so do the gradients
+    (float64 inputs)."""
     g = torch.Generator().manual_seed(3)
     q, v = torch.randn(2, length, 8, generator=g), torch.randn(2, length, 5, generator=g)
     keep = torch.rand(2, length, generator=g) < 0.85
@@ -145,19 +168,36 @@ def test_equals_per_query_reference(
         seed=7,
         causal=causal,
         mask=keep[:, None, :],
+        attend_across_buckets=across,
     ).context
-    expected = _reference_lsh(q, v, keep, bucket_size, n_rounds, 7, causal)
+    expected = _reference_lsh(q, v, keep, bucket_size, n_rounds, 7, causal, across)
     assert (out.double() - expected).abs().max().item() <= 1e-5
+    # gradients, float64 (the hashes of q.double() are those of q: the reference checks ties)
+    qd, vd = q.double().requires_grad_(), v.double().requires_grad_()
+    got = lsh_attention(
+        qd, qd, vd, bucket_size=bucket_size, n_rounds=n_rounds, seed=7, causal=causal,
+        mask=keep[:, None, :], attend_across_buckets=across,
+    ).context  # fmt: skip
+    probe = torch.randn(got.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad((got * probe).sum(), (qd, vd))
+    qr, vr = q.double().requires_grad_(), v.double().requires_grad_()
+    want = _reference_lsh(qr, vr, keep, bucket_size, n_rounds, 7, causal, across)
+    expected_grads = torch.autograd.grad((want * probe).sum(), (qr, vr))
+    for a, b in zip(grads, expected_grads, strict=True):
+        assert (a - b).abs().max().item() <= 1e-9
 
 
-def test_causal_with_buckets_does_not_leak_the_future() -> None:
+@pytest.mark.parametrize(("n_rounds", "across"), [(2, False), (1, False), (1, True), (2, True)])
+def test_causal_with_buckets_does_not_leak_the_future(n_rounds: int, across: bool) -> None:
     """The audit's case (L = 256, chunks of 16, 2 rounds, future = positions >= 128): with the
     plain sort, a later position could move an earlier one's chunk boundary (past outputs moved
-    by up to 0.1); now past outputs are bitwise equal and future gradients exactly zero."""
+    by up to 0.1); now past outputs are bitwise equal and future gradients exactly zero. Also
+    with one round (the fused kernel) and with ``attend_across_buckets``."""
+    options = {"n_rounds": n_rounds, "attend_across_buckets": across}
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 2, 256, 16, generator=g, requires_grad=True)
     v = torch.randn(2, 2, 256, 16, generator=g, requires_grad=True)
-    out = lsh_attention(q, q, v, bucket_size=16, n_rounds=2, causal=True).context
+    out = lsh_attention(q, q, v, bucket_size=16, causal=True, **options).context
     out[:, :, :128].sum().backward()
     assert torch.equal(q.grad[:, :, 128:], torch.zeros_like(q.grad[:, :, 128:]))
     assert torch.equal(v.grad[:, :, 128:], torch.zeros_like(v.grad[:, :, 128:]))
@@ -166,5 +206,28 @@ def test_causal_with_buckets_does_not_leak_the_future() -> None:
         q2, v2 = q.detach().clone(), v.detach().clone()
         q2[:, :, 128:] = 10 * torch.randn(2, 2, 128, 16, generator=new)
         v2[:, :, 128:] = torch.randn(2, 2, 128, 16, generator=new)
-        again = lsh_attention(q2, q2, v2, bucket_size=16, n_rounds=2, causal=True).context
+        again = lsh_attention(q2, q2, v2, bucket_size=16, causal=True, **options).context
         assert torch.equal(again[:, :, :128], out[:, :, :128].detach())
+
+
+@pytest.mark.parametrize("across", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("length", "bucket_size"), [(96, 8), (45, 4), (64, 16)])
+def test_one_round_without_mask_equals_reference(
+    length: int, bucket_size: int, causal: bool, across: bool
+) -> None:
+    """No key mask, one round: the fused paths (causal own-bucket: the band and a per-chunk
+    look-back bias, no mask pass) equal the per-query loop, gradients included."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, length, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, length, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    options = {"bucket_size": bucket_size, "seed": 3, "causal": causal}
+    out = lsh_attention(q, q, v, attend_across_buckets=across, **options).context
+    keep = torch.ones(2, length, dtype=torch.bool)
+    expected = _reference_lsh(q, v, keep, bucket_size, 1, 3, causal, across)
+    assert (out - expected).abs().max().item() <= 1e-10
+    probe = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((out * probe).sum(), (q, v))
+    want = torch.autograd.grad((expected * probe).sum(), (q, v))
+    for a, b in zip(got, want, strict=True):
+        assert (a - b).abs().max().item() <= 1e-9

@@ -50,3 +50,68 @@ def test_causal_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot be causal"):
         nystrom_attention(q, k, v, causal=True)
     assert math.isfinite(nystrom_attention(q, k, v, landmarks=4).context.sum().item())
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("size", [5, 33])
+def test_value_residual_equals_the_formula(size: int, masked: bool) -> None:
+    """As many landmarks as keys (exact attention) plus the depthwise-convolution residual on the
+    values, written tap by tap in float64 (masked keys' values read as zeros); the gradients of
+    q, k, v and the convolution weight agree too."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 24, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    weight = torch.randn(3, 1, size, 1, generator=g, dtype=torch.float64) / size
+    keep = torch.rand(2, 24, generator=g) < 0.75 if masked else None
+    leaves = [t.requires_grad_() for t in (q, k, v, weight)]
+    out = nystrom_attention(
+        q, k, v, landmarks=24, pinv_iterations=30, residual_weight=weight,
+        mask=None if keep is None else keep[:, None, None, :],
+    ).context  # fmt: skip
+    allowed = None if keep is None else keep[:, None, None, :]
+    expected = ref.softmax_attention(q, k, v, allowed, 8**-0.5)
+    expected = expected + ref.value_conv_residual(v, weight, keep)
+    assert (out - expected).abs().max().item() <= 1e-7
+    probe = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((out * probe).sum(), leaves)
+    want = torch.autograd.grad((expected * probe).sum(), leaves)
+    for a, b in zip(got, want, strict=True):
+        assert (a - b).abs().max().item() <= 1e-6 * (1 + b.abs().max().item())
+
+
+def test_value_residual_matches_nystrom_attention_package() -> None:
+    """The package's ``NystromAttention`` (residual on, its default) with its weights copied
+    around ``nystrom_attention(residual_weight=res_conv.weight)``: one head, so its pseudo-inverse
+    starts from the same scaling as attnkit's (the package scales by the maximum over all heads);
+    length a multiple of the landmarks (the package pads in front otherwise)."""
+    package = pytest.importorskip("nystrom_attention")
+    torch.manual_seed(0)
+    peer = package.NystromAttention(dim=16, dim_head=16, heads=1, num_landmarks=32).double()
+    x = torch.randn(1, 256, 16, dtype=torch.float64)
+    q, k, v = (t.unsqueeze(1) for t in peer.to_qkv(x).chunk(3, -1))
+    out = nystrom_attention(q, k, v, landmarks=32, residual_weight=peer.res_conv.weight).context
+    ours = peer.to_out(out.squeeze(1))
+    assert (ours - peer(x)).abs().max().item() <= 1e-10
+
+
+def test_residual_kind_owns_a_convolution() -> None:
+    """``NystromAttention(residual=True)`` in a module: a ``res_conv`` parameter built for the
+    module's heads (the package's state_dict key), used as the function's ``residual_weight``."""
+    import attnkit as ak
+
+    mha = ak.MultiHeadAttention(
+        32, 4, batch_first=True, attention=NystromAttention(8, residual=True)
+    )
+    weight = mha.state_dict()["_attend.res_conv.weight"]
+    assert weight.shape == (4, 1, 33, 1)
+    kind = NystromAttention(8, residual=True, residual_conv_kernel=7, num_heads=2)
+    x = torch.randn(1, 2, 40, 8)
+    expected = nystrom_attention(x, x, x, landmarks=8, residual_weight=kind.res_conv.weight)
+    assert torch.equal(kind(x, x, x).context, expected.context)
+    with pytest.raises(ValueError, match="num_heads=2"):
+        kind.bind(3, 8, 8)
+    with pytest.raises(ValueError, match="odd"):
+        NystromAttention(residual=True, residual_conv_kernel=4)
+    with pytest.raises(ValueError, match="self-attention"):
+        kind(x, x[:, :, :30], x[:, :, :30])
+    with pytest.raises(ValueError, match=r"\[H=2, 1, K, 1\]"):
+        nystrom_attention(x, x, x, residual_weight=torch.randn(2, 1, 4, 1))

@@ -13,6 +13,12 @@ Cost O((M + N)·m + m³) instead of O(M·N). With ``m = N`` landmarks (one key e
 iterations it is exact softmax attention. A key-padding mask removes keys from the last factor
 and from the key landmarks' means; a landmark with no admissible key is removed. Nyström
 attention mixes all keys into every landmark, so it cannot be causal (``causal=True`` is refused).
+
+Optional depthwise-convolution residual on the values (the default of the ``nystrom-attention``
+package, ``residual=True``, and of the authors' code): each head adds a 1-D convolution of its
+values along the sequence, ``out_i += Σ_t w_h[t] · v_{i + t - K//2}`` (kernel ``K``, 33 there; zero
+padding at both ends, masked-out keys' values read as zeros, as the package does), a local
+correction of the low-rank estimate. It needs ``M = N`` (self-attention).
 """
 
 from __future__ import annotations
@@ -20,13 +26,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from attnkit.core.call import AttentionOutput
 from attnkit.efficient._inputs import (
     EfficientCall,
     EfficientKind,
     KindOptions,
+    check_call,
     check_positive_int,
     masked_softmax,
 )
@@ -41,6 +49,10 @@ def segment_means(x: Tensor, landmarks: int, keep: Tensor | None = None) -> tupl
     """Means of ``landmarks`` contiguous segments of ``x [B, H, L, d]`` over the rows ``keep``
     (bool broadcastable to ``[B, H, L]``) → ``([B, H, m, d], nonempty [B', H', m])``."""
     length = x.shape[-2]
+    if keep is None and length % landmarks == 0:
+        # equal segments: a reshape and a mean (no [m, L] assignment matrix to build and multiply)
+        means = x.unflatten(-2, (landmarks, length // landmarks)).mean(-2)
+        return means, torch.ones(landmarks, dtype=torch.bool, device=x.device)
     segment = torch.arange(length, device=x.device) * landmarks // max(length, 1)
     assign = (segment == torch.arange(landmarks, device=x.device)[:, None]).to(x.dtype)  # [m, L]
     if keep is not None:
@@ -62,51 +74,164 @@ def iterative_pinv(a: Tensor, iterations: int) -> Tensor:
     return z
 
 
+def value_residual(v: Tensor, weight: Tensor, keep: Tensor | None = None) -> Tensor:
+    """The depthwise-convolution residual on the values: ``v [B, H, N, d_v]`` convolved along the
+    sequence, per head, with ``weight [H, 1, K, 1]`` (an ``nn.Conv2d(H, H, (K, 1), groups=H)``
+    weight, ``K`` odd), zero-padded to keep ``N`` positions; keys outside ``keep`` (bool
+    broadcastable to ``[B, H, 1, N]``) read as zeros. Returns ``[B, H, N, d_v]``."""
+    if keep is not None:
+        v = torch.where(keep.transpose(-1, -2), v, torch.zeros((), dtype=v.dtype))
+    size = weight.shape[-2]
+    return F.conv2d(v, weight.to(v.dtype), padding=(size // 2, 0), groups=v.shape[1])
+
+
+def _check_residual_weight(weight: object, heads: int) -> Tensor:
+    if not isinstance(weight, Tensor):
+        raise TypeError(
+            f"residual_weight must be a Tensor [H, 1, K, 1], got {type(weight).__name__}"
+        )
+    shape = tuple(weight.shape)
+    if (
+        weight.dim() != 4
+        or shape[0] != heads
+        or shape[1] != 1
+        or shape[3] != 1
+        or shape[2] % 2 != 1
+    ):
+        raise ValueError(
+            f"residual_weight must be a depthwise Conv2d weight [H={heads}, 1, K, 1] with K odd, "
+            f"got shape {shape}"
+        )
+    return weight
+
+
+def _nystrom(
+    call: EfficientCall, landmarks: int, pinv_iterations: int, residual_weight: Tensor | None
+) -> AttentionOutput:
+    """Eq. 15 on a checked call (plus the value residual when a weight is given)."""
+    if call.causal:
+        raise ValueError(
+            "nystrom attention cannot be causal: every landmark averages keys from the whole "
+            "sequence; use 'linear', 'performer' or 'sliding_window' for causal attention"
+        )
+    b, h, m_len, n = call.shape
+    if residual_weight is not None:
+        call.require_self_attention("nystrom attention with the value residual")
+        _check_residual_weight(residual_weight, h)
+    if m_len == 0 or n == 0:
+        return call.output(call.q.new_zeros(b, h, m_len, call.v.shape[-1]))
+    count = min(landmarks, m_len, n)
+    keep = call.key_mask("nystrom")  # [B', H', 1, N] or None
+    # the scale folded into the queries once ([M, d]) instead of into three score matrices
+    q = call.q * call.scale
+    q_land, _ = segment_means(q, count)
+    if keep is None:
+        # no mask: plain softmaxes (nothing is -inf, so no landmark mask and no NaN repair)
+        k_land, _ = segment_means(call.k, count)
+        kernel_1 = torch.softmax(q @ k_land.transpose(-1, -2), -1)  # [B, H, M, m]
+        kernel_2 = torch.softmax(q_land @ k_land.transpose(-1, -2), -1)  # [B, H, m, m]
+        kernel_3 = torch.softmax(q_land @ call.k.transpose(-1, -2), -1)  # [B, H, m, N]
+    else:
+        k_land, k_ok = segment_means(call.k, count, keep[..., 0, :])
+        land_ok = k_ok.unsqueeze(-2)  # [B', H', 1, m]: landmarks with an admissible key
+        kernel_1 = masked_softmax(q @ k_land.transpose(-1, -2), land_ok)
+        kernel_2 = masked_softmax(q_land @ k_land.transpose(-1, -2), land_ok)
+        kernel_3 = masked_softmax(q_land @ call.k.transpose(-1, -2), keep)
+    pinv = iterative_pinv(kernel_2, pinv_iterations)
+    context = kernel_1 @ (pinv @ (kernel_3 @ call.v))
+    if residual_weight is not None:
+        context = context + value_residual(call.v, residual_weight, keep)
+    return call.output(context)
+
+
 class NystromAttention(EfficientKind):
     """Nyström approximation of ``softmax(scale·q·k^T) v`` through ``landmarks`` landmarks
-    (eq. 15); the attention kind ``"nystrom"`` (no parameters).
+    (eq. 15); the attention kind ``"nystrom"`` (no parameters unless ``residual``).
 
     Args:
         landmarks: ``m`` (at most ``min(M, N)`` are used: a segment holds at least one row).
         pinv_iterations: iterations of eq. 16 (the paper: 6).
+        residual: add the depthwise-convolution residual on the values (module doc; the
+            ``nystrom-attention`` package's default): a parameter ``res_conv``, an
+            ``nn.Conv2d(H, H, (K, 1), padding=(K // 2, 0), groups=H, bias=False)`` as in that
+            package (its ``state_dict`` key is the same), built for ``num_heads`` heads.
+        residual_conv_kernel: ``K`` (odd; the package's default 33).
+        num_heads: ``H`` for the residual; ``None``: given by the
+            :class:`~attnkit.MultiHeadAttention` that runs it (:meth:`bind`).
 
     Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; key-padding
     masks only, not causal): ``q [B, H, M, d]`` or ``[B, M, d]``, ``k [B, H_kv, N, d]``,
     ``v [B, H_kv, N, d_v]`` → :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
+    Example::
+
+        >>> kind = NystromAttention(landmarks=32, residual=True, num_heads=4)
+        >>> x = torch.randn(2, 4, 256, 16)
+        >>> kind(x, x, x).context.shape
+        torch.Size([2, 4, 256, 16])
     """
 
     name = "nystrom"
     taxonomy = TAXONOMY
+    res_conv: nn.Conv2d | None
 
-    def __init__(self, landmarks: int = 64, pinv_iterations: int = 6) -> None:
+    def __init__(
+        self,
+        landmarks: int = 64,
+        pinv_iterations: int = 6,
+        *,
+        residual: bool = False,
+        residual_conv_kernel: int = 33,
+        num_heads: int | None = None,
+    ) -> None:
         super().__init__()
         self.landmarks = check_positive_int("landmarks", landmarks)
         self.pinv_iterations = check_positive_int("pinv_iterations", pinv_iterations)
+        if not isinstance(residual, bool):
+            raise TypeError(f"residual must be a bool, got {type(residual).__name__}")
+        self.residual = residual
+        kernel = check_positive_int("residual_conv_kernel", residual_conv_kernel)
+        if kernel % 2 != 1:
+            raise ValueError(f"residual_conv_kernel must be odd, got {kernel}")
+        self.residual_conv_kernel = kernel
+        self.num_heads = None if num_heads is None else check_positive_int("num_heads", num_heads)
+        self.res_conv = None
+        if residual and self.num_heads is not None:
+            self.res_conv = self._conv(self.num_heads)
+
+    def _conv(self, heads: int) -> nn.Conv2d:
+        size = self.residual_conv_kernel
+        return nn.Conv2d(heads, heads, (size, 1), padding=(size // 2, 0), groups=heads, bias=False)
+
+    def bind(self, num_heads: int, head_dim_k: int, head_dim_v: int) -> NystromAttention:
+        """Build the residual convolution for ``num_heads`` heads (if ``residual`` and no
+        ``num_heads`` was given; else check it)."""
+        super().bind(num_heads, head_dim_k, head_dim_v)
+        if self.num_heads is None:
+            self.num_heads = num_heads
+            if self.residual:
+                self.res_conv = self._conv(num_heads)
+        elif self.num_heads != num_heads:
+            raise ValueError(
+                f"this NystromAttention was built for num_heads={self.num_heads}, but the module "
+                f"has num_heads={num_heads}; leave num_heads out to take the module's"
+            )
+        return self
 
     def attend(self, call: EfficientCall) -> AttentionOutput:
-        if call.causal:
-            raise ValueError(
-                "nystrom attention cannot be causal: every landmark averages keys from the whole "
-                "sequence; use 'linear', 'performer' or 'sliding_window' for causal attention"
-            )
-        b, h, m_len, n = call.shape
-        if m_len == 0 or n == 0:
-            return call.output(call.q.new_zeros(b, h, m_len, call.v.shape[-1]))
-        count = min(self.landmarks, m_len, n)
-        keep = call.key_mask(self.name)  # [B', H', 1, N] or None
-        keep_rows = None if keep is None else keep[..., 0, :]
-        q_land, _ = segment_means(call.q, count)
-        k_land, k_ok = segment_means(call.k, count, keep_rows)
-        land_ok = k_ok.unsqueeze(-2)  # [B', H', 1, m]: landmarks with an admissible key
-        s = call.scale
-        kernel_1 = masked_softmax((call.q @ k_land.transpose(-1, -2)) * s, land_ok)  # [B,H,M,m]
-        kernel_2 = masked_softmax((q_land @ k_land.transpose(-1, -2)) * s, land_ok)  # [B,H,m,m]
-        kernel_3 = masked_softmax((q_land @ call.k.transpose(-1, -2)) * s, keep)  # [B,H,m,N]
-        pinv = iterative_pinv(kernel_2, self.pinv_iterations)
-        return call.output(kernel_1 @ (pinv @ (kernel_3 @ call.v)))
+        weight = None
+        if self.residual:
+            if self.res_conv is None:
+                raise ValueError(
+                    "this NystromAttention has no residual convolution yet: give num_heads, or "
+                    "run it in a MultiHeadAttention (which gives its head count)"
+                )
+            weight = self.res_conv.weight
+        return _nystrom(call, self.landmarks, self.pinv_iterations, weight)
 
     def extra_repr(self) -> str:
-        return f"landmarks={self.landmarks}, pinv_iterations={self.pinv_iterations}"
+        extra = f", residual_conv_kernel={self.residual_conv_kernel}" if self.residual else ""
+        return f"landmarks={self.landmarks}, pinv_iterations={self.pinv_iterations}" + extra
 
 
 def nystrom_attention(
@@ -116,9 +241,20 @@ def nystrom_attention(
     *,
     landmarks: int = 64,
     pinv_iterations: int = 6,
+    residual_weight: Tensor | None = None,
     **options: Unpack[KindOptions],
 ) -> AttentionOutput:
     """:class:`NystromAttention` as a function (options: :class:`KindOptions`).
+
+    Args:
+        q, k, v: ``[B, H, M, d]``, ``[B, H_kv, N, d]``, ``[B, H_kv, N, d_v]`` (or 3-D).
+        landmarks, pinv_iterations: as :class:`NystromAttention`.
+        residual_weight: the value residual's depthwise convolution weight ``[H, 1, K, 1]``
+            (``K`` odd; e.g. ``nystrom_attention.NystromAttention(...).res_conv.weight``), or
+            ``None`` for no residual.
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
 
     Example::
 
@@ -126,4 +262,7 @@ def nystrom_attention(
         >>> nystrom_attention(x, x, x, landmarks=32).context.shape
         torch.Size([2, 4, 1000, 16])
     """
-    return NystromAttention(landmarks, pinv_iterations)(q, k, v, **options)
+    call = check_call(NystromAttention.name, q, k, v, **options)
+    landmarks = check_positive_int("landmarks", landmarks)
+    pinv_iterations = check_positive_int("pinv_iterations", pinv_iterations)
+    return _nystrom(call, landmarks, pinv_iterations, residual_weight)

@@ -16,6 +16,14 @@ head (also cancels; detached, as in the authors' code). Causal attention does no
 so no later key influences an earlier output even by rounding; ``ω·x - |x|²/2 <= |ω|²/2``
 bounds their exponent.
 
+Generalized attention (§2.2 and §4.3 of the paper, "generalized attention"; performer-pytorch's
+``generalized_attention=True, kernel_fn=nn.ReLU()``): ``kernel_fn=f`` replaces the softmax kernel's
+features by ``φ(x) = f(ω x) + ε`` (``ε = kernel_epsilon``, 1e-3 as in performer-pytorch; the
+paper's ``1/sqrt(m)`` cancels in the normalisation), so the attention is
+``φ(Q)φ(K)^T V`` normalised by its row sums, a kernel other than ``exp(q·k)``; ReLU features were
+the paper's best on proteins. ``f`` must give non-negative features; nothing is stabilised (no
+exponential).
+
 Feature redraw (§4.2 of the paper, "redrawing features"): :class:`PerformerAttention` keeps its
 projection ``ω [m, d]`` as a buffer, redrawn by :meth:`~PerformerAttention.redraw_features` when the
 training loop asks (and every ``redraw_interval`` training calls if given).
@@ -27,6 +35,7 @@ every Performer inside a model, e.g. every few hundred training steps.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -91,18 +100,50 @@ def favor_features(
     return torch.exp(logits) / math.sqrt(m)
 
 
-def _favor(call: EfficientCall, projection: Tensor, chunk: int) -> AttentionOutput:
-    """FAVOR+ on a checked call with the random features ``projection [m, d]``."""
+def generalized_features(
+    x: Tensor, projection: Tensor, kernel_fn: Callable[[Tensor], Tensor], epsilon: float
+) -> Tensor:
+    """Generalized-attention features ``φ(x) = f(ω x) + ε [..., L, m]`` of ``x [..., L, d]``
+    (already scaled), ``projection ω [m, d]``, ``f = kernel_fn``."""
+    return kernel_fn(x @ projection.to(x.dtype).T) + epsilon
+
+
+def _check_kernel(kernel_fn: object, kernel_epsilon: object) -> float:
+    if kernel_fn is not None and not callable(kernel_fn):
+        raise TypeError(
+            f"kernel_fn must be a callable (e.g. torch.nn.ReLU()) or None, got "
+            f"{type(kernel_fn).__name__}"
+        )
+    if isinstance(kernel_epsilon, bool) or not isinstance(kernel_epsilon, (int, float)):
+        raise TypeError(f"kernel_epsilon must be a float, got {type(kernel_epsilon).__name__}")
+    if not kernel_epsilon >= 0:
+        raise ValueError(f"kernel_epsilon must be >= 0, got {kernel_epsilon}")
+    return float(kernel_epsilon)
+
+
+def _favor(
+    call: EfficientCall,
+    projection: Tensor,
+    chunk: int,
+    kernel_fn: Callable[[Tensor], Tensor] | None = None,
+    kernel_epsilon: float = 1e-3,
+) -> AttentionOutput:
+    """FAVOR+ on a checked call with the random features ``projection [m, d]`` (generalized
+    attention with ``kernel_fn``)."""
     d = call.q.shape[-1]
     if not isinstance(projection, Tensor) or projection.dim() != 2 or projection.shape[1] != d:
         given = tuple(projection.shape) if isinstance(projection, Tensor) else type(projection)
         raise ValueError(f"projection must be [num_features, d={d}], got {given}")
     root = math.sqrt(call.scale)
-    phi_q = favor_features(call.q * root, projection, stabilise="row")
     key_mask = call.key_mask("performer")
-    keep = None if key_mask is None else key_mask.transpose(-1, -2)  # [B', H', N, 1]
-    stabilise = "none" if call.causal else "all"
-    phi_k = favor_features(call.k * root, projection, stabilise=stabilise, keep=keep)
+    if kernel_fn is not None:
+        phi_q = generalized_features(call.q * root, projection, kernel_fn, kernel_epsilon)
+        phi_k = generalized_features(call.k * root, projection, kernel_fn, kernel_epsilon)
+    else:
+        phi_q = favor_features(call.q * root, projection, stabilise="row")
+        keep = None if key_mask is None else key_mask.transpose(-1, -2)  # [B', H', N, 1]
+        stabilise = "none" if call.causal else "all"
+        phi_k = favor_features(call.k * root, projection, stabilise=stabilise, keep=keep)
     context = kernel_attention(
         phi_q, phi_k, call.v, causal=call.causal, key_mask=key_mask, chunk=chunk
     )
@@ -116,14 +157,20 @@ def performer_attention(
     *,
     projection: Tensor,
     chunk: int = 64,
+    kernel_fn: Callable[[Tensor], Tensor] | None = None,
+    kernel_epsilon: float = 1e-3,
     **options: Unpack[KindOptions],
 ) -> AttentionOutput:
-    """FAVOR+ estimate of ``softmax(scale·q·k^T) v`` with the random features ``projection``.
+    """FAVOR+ estimate of ``softmax(scale·q·k^T) v`` with the random features ``projection`` (or
+    generalized attention with ``kernel_fn``).
 
     Args:
         q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
         projection: ``ω [m, d]`` (e.g. :func:`orthogonal_gaussian`); more features, less error.
         chunk: positions per chunk of the causal prefix sums.
+        kernel_fn: ``f`` of generalized attention, ``φ(x) = f(ω x) + ε`` (e.g.
+            ``torch.nn.ReLU()``; non-negative); ``None``: the softmax kernel (FAVOR+).
+        kernel_epsilon: ``ε`` of generalized attention.
         options: :class:`~attnkit.efficient._inputs.KindOptions` (key-padding masks only;
             causal by prefix sums, §2.5 of the paper).
 
@@ -138,7 +185,9 @@ def performer_attention(
         torch.Size([1, 2, 1024, 16])
     """
     chunk = check_positive_int("chunk", chunk)
-    return _favor(check_call(PerformerAttention.name, q, k, v, **options), projection, chunk)
+    epsilon = _check_kernel(kernel_fn, kernel_epsilon)
+    call = check_call(PerformerAttention.name, q, k, v, **options)
+    return _favor(call, projection, chunk, kernel_fn, epsilon)
 
 
 class PerformerAttention(EfficientKind):
@@ -155,11 +204,15 @@ class PerformerAttention(EfficientKind):
         chunk: positions per chunk of the causal prefix sums.
         generator: source of the initial features (default: torch's global RNG, so
             ``torch.manual_seed`` before building the model fixes them).
+        kernel_fn: generalized attention's ``f`` (module doc; e.g. ``torch.nn.ReLU()``, kept
+            as a submodule when it is a module); ``None``: FAVOR+'s softmax kernel.
+        kernel_epsilon: generalized attention's ``ε``.
 
     Example::
 
         >>> mha = ak.MultiHeadAttention(64, 4, batch_first=True,
         ...                             attention=PerformerAttention(num_features=128))
+        >>> relu = PerformerAttention(num_features=128, kernel_fn=torch.nn.ReLU())
     """
 
     name = "performer"
@@ -174,8 +227,12 @@ class PerformerAttention(EfficientKind):
         redraw_interval: int | None = None,
         chunk: int = 64,
         generator: torch.Generator | None = None,
+        kernel_fn: Callable[[Tensor], Tensor] | None = None,
+        kernel_epsilon: float = 1e-3,
     ) -> None:
         super().__init__()
+        self.kernel_epsilon = _check_kernel(kernel_fn, kernel_epsilon)
+        self.kernel_fn = kernel_fn
         self.num_features = check_positive_int("num_features", num_features)
         if redraw_interval is not None:
             check_positive_int("redraw_interval", redraw_interval)
@@ -225,12 +282,13 @@ class PerformerAttention(EfficientKind):
             if self.calls_since_redraw >= self.redraw_interval:
                 self.redraw_features()
             self.calls_since_redraw += 1
-        return _favor(call, self.projection, self.chunk)
+        return _favor(call, self.projection, self.chunk, self.kernel_fn, self.kernel_epsilon)
 
     def extra_repr(self) -> str:
         return (
             f"head_dim={self.head_dim}, num_features={self.num_features}, "
             f"redraw_interval={self.redraw_interval}"
+            + ("" if self.kernel_fn is None else f", kernel_epsilon={self.kernel_epsilon}")
         )
 
 

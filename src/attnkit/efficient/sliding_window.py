@@ -22,6 +22,14 @@ formula::
     allowed = ak.masks.sliding_window(M, N, w)          # causal=True
     ak.attention(q, k, v, mask=allowed & user_mask)
 
+Look-back / look-forward counts (the ``local-attention`` package's ``look_backward``,
+``look_forward``, ``exact_windowsize``): positions are cut into blocks of ``w`` (``floor(p / w)``)
+and a query attends the keys of its own block, ``look_backward`` blocks before it and
+``look_forward`` after (causal: ``j <= p`` too, and no block after); with ``exact_windowsize``
+only those within ``w·look_backward`` positions before and ``w·look_forward`` after its own. The
+same banded computation, with the band reaching the blocks' edges (and the block boundaries in
+the mask when the window is not exact).
+
 Einsum letters: B batch, H heads, n query block, t query in block, s key in band, d features.
 """
 
@@ -89,6 +97,7 @@ def banded_attention(
     extra_values: Tensor | None = None,
     extra_allowed: Tensor | None = None,
     block: int | None = None,
+    key_blocks: tuple[int, int, int] | None = None,
 ) -> Tensor:
     """Softmax attention of query ``i`` (position ``p = i + N - M``) over keys ``p - left … p +
     right`` (and, optionally, extra keys shared by every query), blockwise: O(M·(left+right)).
@@ -106,6 +115,8 @@ def banded_attention(
         extra_allowed: bool broadcastable to ``[B, H, M, G]``: which extra keys each query may
             attend (default all).
         block: queries per block ``T`` (default: from the band width).
+        key_blocks: ``(w, back, forward)``: also require ``floor(j / w) - floor(p / w)`` in
+            ``-back … forward`` (block-aligned local attention; the band must reach that far).
 
     Returns:
         context ``[B, H, M, d_v]``; a query with no admissible key gets zeros.
@@ -120,6 +131,9 @@ def banded_attention(
     offset = n - m
     n_blocks = math.ceil(m / t_len)
     lb, rb = math.ceil(left / t_len), math.ceil(right / t_len)
+    if key_blocks is not None and key_blocks[0] == t_len and offset % t_len == 0:
+        # query blocks are the key blocks: exactly `back` blocks before and `forward` after
+        lb, rb = key_blocks[1], min(rb, key_blocks[2])
     reach = lb + rb + 1  # key blocks each query block meets
     # Pad keys so that the key block holding query block n's own positions starts at a block
     # boundary, with lb whole blocks before it: key block n + c + r is then a view.
@@ -153,7 +167,15 @@ def banded_attention(
     block_idx = torch.arange(n_blocks, device=device)[:, None]
     key_idx = (block_idx + first + rel_block) * t_len + s_in - pad_left  # [nb, R·T]
     in_range = (key_idx >= 0) & (key_idx < n)
-    allowed = (allowed & in_range[:, None, :])[:, None, None]  # [nb, 1, 1, T, R·T]
+    allowed = allowed & in_range[:, None, :]  # [nb, T, R·T]
+    if key_blocks is not None:
+        size, back, forward = key_blocks
+        query_pos = block_idx * t_len + t_in + offset  # p of each query, [nb, T]
+        apart = key_idx.div(size, rounding_mode="floor")[:, None, :] - query_pos.div(
+            size, rounding_mode="floor"
+        ).unsqueeze(-1)
+        allowed = allowed & (apart >= -back) & (apart <= forward)
+    allowed = allowed[:, None, None]  # [nb, 1, 1, T, R·T]
     safe_idx = key_idx.clamp(0, n - 1)
     if mask is not None:
         allowed = allowed & _gather_keys(mask, safe_idx, m, t_len).permute(2, 0, 1, 3, 4)
@@ -205,6 +227,39 @@ def _fused_band(
     return torch.where(has_key, context, 0.0)
 
 
+def _check_count(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative int or None, got {value!r}")
+    return value
+
+
+def _reach(
+    window: int,
+    look_backward: int | None,
+    look_forward: int | None,
+    exact_windowsize: bool,
+    causal: bool,
+) -> tuple[int, int, tuple[int, int, int] | None]:
+    """``(left, right, key_blocks)`` of :func:`banded_attention` for a window (and look-around
+    counts, if given) and a call's ``causal``."""
+    if look_backward is None and look_forward is None:
+        return window - 1, 0 if causal else window - 1, None
+    back = 1 if look_backward is None else look_backward
+    forward = (0 if causal else 1) if look_forward is None else look_forward
+    if causal and forward > 0:
+        raise ValueError(
+            f"causal local attention cannot look forward: look_forward must be 0 or None, got "
+            f"{forward}"
+        )
+    if exact_windowsize:
+        return window * back, window * forward, None
+    # the blocks' edges: up to w - 1 positions beyond w·back (w·forward) from the query
+    right = 0 if causal else window * forward + window - 1
+    return window * back + window - 1, right, (window, back, forward)
+
+
 class SlidingWindowAttention(EfficientKind):
     """Local attention in a sliding window of ``window`` keys (see the module doc for exactly
     which keys), computed banded; the attention kind ``"sliding_window"``.
@@ -212,7 +267,14 @@ class SlidingWindowAttention(EfficientKind):
     Args:
         window: ``w`` (>= 1): causal: the ``w`` keys ending at the query's position;
             non-causal: ``w - 1`` keys on each side plus its own. Default 256 (the kind's
-            registered default).
+            registered default). With ``look_backward``/``look_forward``: the block size (the
+            ``local-attention`` package's ``window_size``).
+        look_backward: blocks of ``w`` before the query's block that it attends (``None``, with
+            ``look_forward`` also ``None``: the plain sliding window; else default 1).
+        look_forward: blocks after it (default 0 causal, else 1; must be 0 when causal).
+        exact_windowsize: with the look-around counts, limit the keys to ``w·look_backward``
+            positions before the query and ``w·look_forward`` after (a true sliding window)
+            instead of whole blocks (the package's option of that name, default False).
 
     Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`): ``q [B, H, M,
     d]`` or ``[B, M, d]``, ``k [B, H_kv, N, d]``, ``v [B, H_kv, N, d_v]``; returns
@@ -222,37 +284,79 @@ class SlidingWindowAttention(EfficientKind):
 
         >>> mha = ak.MultiHeadAttention(64, 4, batch_first=True,
         ...                             attention=SlidingWindowAttention(window=32))
+        >>> local = SlidingWindowAttention(window=64, look_backward=2, look_forward=1)
     """
 
     name = "sliding_window"
     taxonomy = TAXONOMY
 
-    def __init__(self, window: int = 256) -> None:
+    def __init__(
+        self,
+        window: int = 256,
+        *,
+        look_backward: int | None = None,
+        look_forward: int | None = None,
+        exact_windowsize: bool = False,
+    ) -> None:
         super().__init__()
         self.window = check_positive_int("window", window)
+        self.look_backward = _check_count("look_backward", look_backward)
+        self.look_forward = _check_count("look_forward", look_forward)
+        if not isinstance(exact_windowsize, bool):
+            raise TypeError(
+                f"exact_windowsize must be a bool, got {type(exact_windowsize).__name__}"
+            )
+        self.exact_windowsize = exact_windowsize
 
     def attend(self, call: EfficientCall) -> AttentionOutput:
-        right = 0 if call.causal else self.window - 1
+        left, right, key_blocks = _reach(
+            self.window, self.look_backward, self.look_forward, self.exact_windowsize, call.causal
+        )
+        # block-aligned: query blocks of w (up to 512) meet exactly the look-around key blocks
+        block = self.window if key_blocks is not None and self.window <= 512 else None
         context = banded_attention(
-            call.q, call.k, call.v, left=self.window - 1, right=right, scale=call.scale,
-            mask=call.mask,
+            call.q, call.k, call.v, left=left, right=right, scale=call.scale, mask=call.mask,
+            key_blocks=key_blocks, block=block,
         )  # fmt: skip
         return call.output(context)
 
     def extra_repr(self) -> str:
-        return f"window={self.window}"
+        extra = ""
+        if self.look_backward is not None or self.look_forward is not None:
+            extra = (
+                f", look_backward={self.look_backward}, look_forward={self.look_forward}, "
+                f"exact_windowsize={self.exact_windowsize}"
+            )
+        return f"window={self.window}" + extra
 
 
 def sliding_window_attention(
-    q: Tensor, k: Tensor, v: Tensor, *, window: int, **options: Unpack[KindOptions]
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int,
+    look_backward: int | None = None,
+    look_forward: int | None = None,
+    exact_windowsize: bool = False,
+    **options: Unpack[KindOptions],
 ) -> AttentionOutput:
     """:class:`SlidingWindowAttention` as a function: local attention in a window of ``window``
-    keys (options: :class:`~attnkit.efficient._inputs.KindOptions`).
+    keys, or in blocks of ``window`` with look-around counts (options:
+    :class:`~attnkit.efficient._inputs.KindOptions`).
 
     Example::
 
         >>> q = torch.randn(1, 2, 1000, 16)
         >>> sliding_window_attention(q, q, q, window=32, causal=True).context.shape
         torch.Size([1, 2, 1000, 16])
+        >>> sliding_window_attention(q, q, q, window=64, look_backward=1).context.shape
+        torch.Size([1, 2, 1000, 16])
     """
-    return SlidingWindowAttention(window)(q, k, v, **options)
+    kind = SlidingWindowAttention(
+        window,
+        look_backward=look_backward,
+        look_forward=look_forward,
+        exact_windowsize=exact_windowsize,
+    )
+    return kind(q, k, v, **options)
