@@ -10,8 +10,10 @@ import io
 import json
 
 import pytest
+import torch
 
 from attnkit.cli import main
+from attnkit.demo import seed_links
 
 PNG = b"\x89PNG\r\n\x1a\n"
 TINY = [
@@ -82,3 +84,47 @@ def test_eval_and_translate_work_on_the_demo_run(demo, capsys):
     lines = capsys.readouterr().out.splitlines()
     header = [w.removesuffix("(unk)") for w in lines[1].split()]  # tiny vocabulary: unknowns
     assert header == ["i", "love", "you", "."] and lines[-1].startswith("<eos>")
+
+
+def test_the_attention_aer_on_the_tatoeba_gold_is_printed_next_to_bleu(demo):
+    lines, run_dir = demo
+    results = json.loads((run_dir / "results.json").read_text())
+    gold = results["tatoeba_gold"]
+    assert gold["sentences"] == 50 and 0.0 <= gold["aer"] <= 1.0
+    [line] = [line for line in lines if line.startswith("held-out BLEU")]
+    assert line == (
+        f"held-out BLEU {results['bleu']:.2f} on {results['sentences']} test sentences, "
+        f"attention AER {gold['aer']:.3f} on the 50 hand-aligned Tatoeba test sentences (argmax)"
+    )
+    report = (run_dir / "report.html").read_text()
+    assert "Tatoeba gold (50 test sentences)" in report and f"{gold['aer']:.3f}" in report
+
+
+def test_the_i_love_you_argmax_links_are_named(demo):
+    lines, run_dir = demo
+    shown = json.loads((run_dir / "results.json").read_text())["showcase"][0]
+    [line] = [line for line in lines if line.startswith('"I love you." by argmax: ')]
+    # each target word's argmax source word, from the saved matrix (first maximum on ties)
+    best = [shown["source"][row.index(max(row))] for row in shown["weights"]]
+    pairs = ", ".join(f"{t} → {s}" for t, s in zip(shown["target"], best, strict=True))
+    assert line.removeprefix('"I love you." by argmax: ').startswith(pairs + "  (")
+
+
+def test_seed_links_by_hand():
+    weights = torch.tensor(
+        [[0.6, 0.1, 0.2, 0.1], [0.1, 0.2, 0.6, 0.1], [0.1, 0.5, 0.3, 0.1], [0.1, 0.1, 0.1, 0.7]]
+    )
+    source, target = ["i", "love", "you", "."], ["je", "t'", "aime", "."]
+    assert seed_links(source, target, weights) == (
+        "je → i, t' → you, aime → love, . → .  (seed Fig. 1's je–I, vous/t'–you, aime–love: 3 of 3)"
+    )
+    # the demo's measured matrix of docs/results.md: je → you, vous → you, aime → love
+    measured = torch.tensor(
+        [[0.01, 0.15, 0.77, 0.07], [0.01, 0.44, 0.50, 0.06], [0.01, 0.70, 0.14, 0.14]]
+    )
+    assert seed_links(source, ["je", "vous", "aime"], measured).endswith(": 2 of 3)")
+    assert seed_links(source, ["nous", "."], weights[:2]).endswith(
+        "(the translation has none of je, vous/t', aime)"
+    )
+    with pytest.raises(ValueError, match="len\\(target\\)"):
+        seed_links(source, target, weights[:3])
