@@ -56,7 +56,7 @@ _ENTRY = re.compile(r"^(?P<names>\*{0,2}\w+(?:\s*,\s*\*{0,2}\w+)*)\s*(?:\([^)]*\
 def _module(public: str) -> ModuleType:
     import attnkit
 
-    head, _, rest = public.partition(".")
+    _, _, rest = public.partition(".")
     if rest and "." not in rest and rest in attnkit.__all__:
         return getattr(attnkit, rest)  # the lazy attnkit.scores, attnkit.align, attnkit.masks
     return importlib.import_module(public)
@@ -161,12 +161,26 @@ def _init(cls: type) -> Callable[..., Any] | None:
     return None
 
 
-def _attnkit_method(cls: type, name: str) -> Callable[..., Any] | None:
-    for klass in cls.__mro__:
-        if name in vars(klass):
-            value = vars(klass)[name]
-            return value if klass.__module__.startswith("attnkit") else None
-    return None
+def _attnkit_classes(cls: type) -> list[type]:
+    return [klass for klass in cls.__mro__ if klass.__module__.startswith("attnkit")]
+
+
+def class_entries(cls: type) -> set[str]:
+    """The names the class's own docstring documents under Args or Attributes."""
+    found = sections(cls.__doc__ or "")
+    return documented_parameters(found.get("Args", [])) | documented_parameters(
+        found.get("Attributes", [])
+    )
+
+
+def _overrides_documented(cls: type, name: str) -> bool:
+    """``name`` overrides a method of a base class that documents it: torch's ``extra_repr``, or
+    an attnkit base's contract (``Score.pairwise``), which the override fulfils."""
+    for klass in cls.__mro__[1:]:
+        base = vars(klass).get(name)
+        if base is not None and (getattr(base, "__doc__", None) or "").strip():
+            return True
+    return False
 
 
 def problems(public: str, obj: Any) -> list[str]:
@@ -180,13 +194,17 @@ def problems(public: str, obj: Any) -> list[str]:
     issues = []
     if not inspect.cleandoc(doc).splitlines()[0].strip():
         issues.append("no summary line")
+    obj = inspect.unwrap(obj)  # a @contextmanager function: the generator it wraps
     is_record = inspect.isclass(obj) and (
         dataclasses.is_dataclass(obj) or issubclass(obj, tuple) or issubclass(obj, BaseException)
     )
     if inspect.isclass(obj):
         init = _init(obj)
         wanted = signature_parameters(obj, skip_first=False) if init or is_record else []
-        documented = documented_parameters(found.get("Args", []) + found.get("Attributes", []))
+        # a field of a base class (AttentionOutput's context, lse, ...) is documented there
+        documented = set()
+        for klass in _attnkit_classes(obj):
+            documented |= class_entries(klass)
     else:
         wanted = signature_parameters(obj, skip_first=False)
         documented = documented_parameters(
@@ -215,6 +233,8 @@ def method_problems(cls: type) -> list[str]:
         main = name in ("forward", "__call__")
         if name.startswith("_") and not main:
             continue
+        if not main and _overrides_documented(cls, name):
+            continue  # its contract is documented on the base class
         doc = function.__doc__
         if not doc or not doc.strip():
             issues.append(f"{name}: no docstring")
