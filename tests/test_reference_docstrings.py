@@ -281,7 +281,9 @@ def _doctests(public: str, obj: Any) -> list[doctest.DocTest]:
 
     finder = doctest.DocTestFinder(recurse=True, exclude_empty=True)
     module = inspect.getmodule(obj)
-    tests = finder.find(obj, public, module=module, globs={**vars(module), "torch": torch, "ak": attnkit})
+    tests = finder.find(
+        obj, public, module=module, globs={**vars(module), "torch": torch, "ak": attnkit}
+    )
     return [test for test in tests if test.examples]
 
 
