@@ -73,6 +73,12 @@ class NystromAttention(EfficientKind):
     Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; key-padding
     masks only, not causal): ``q [B, H, M, d]`` or ``[B, M, d]``, ``k [B, H_kv, N, d]``,
     ``v [B, H_kv, N, d_v]`` → :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
+    Example::
+
+        >>> x = torch.randn(2, 4, 64, 8)
+        >>> NystromAttention(landmarks=8)(x, x, x).context.shape
+        torch.Size([2, 4, 64, 8])
     """
 
     name = "nystrom"
@@ -120,10 +126,21 @@ def nystrom_attention(
 ) -> AttentionOutput:
     """:class:`NystromAttention` as a function (options: :class:`KindOptions`).
 
+    Args:
+        q: queries ``[B, H, M, d]`` (or ``[B, M, d]``).
+        k: keys ``[B, H_kv, N, d]`` (or ``[B, N, d]``).
+        v: values ``[B, H_kv, N, d_v]`` (or ``[B, N, d_v]``).
+        landmarks: ``m``.
+        pinv_iterations: iterations of eq. 16.
+        **options: :class:`~attnkit.efficient._inputs.KindOptions` (key padding only, not causal).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
     Example::
 
-        >>> x = torch.randn(2, 4, 1000, 16)
+        >>> x = torch.randn(2, 4, 200, 16)
         >>> nystrom_attention(x, x, x, landmarks=32).context.shape
-        torch.Size([2, 4, 1000, 16])
+        torch.Size([2, 4, 200, 16])
     """
     return NystromAttention(landmarks, pinv_iterations)(q, k, v, **options)

@@ -249,10 +249,21 @@ def sliding_window_attention(
     """:class:`SlidingWindowAttention` as a function: local attention in a window of ``window``
     keys (options: :class:`~attnkit.efficient._inputs.KindOptions`).
 
+    Args:
+        q: queries ``[B, H, M, d]`` (or ``[B, M, d]``).
+        k: keys ``[B, H_kv, N, d]``.
+        v: values ``[B, H_kv, N, d_v]``.
+        window: keys each query attends (itself and the ``window - 1`` before it, causal).
+        **options: :class:`~attnkit.efficient._inputs.KindOptions` (``mask``, ``causal``,
+            ``return_weights``, ...).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
     Example::
 
-        >>> q = torch.randn(1, 2, 1000, 16)
+        >>> q = torch.randn(1, 2, 200, 16)
         >>> sliding_window_attention(q, q, q, window=32, causal=True).context.shape
-        torch.Size([1, 2, 1000, 16])
+        torch.Size([1, 2, 200, 16])
     """
     return SlidingWindowAttention(window)(q, k, v, **options)
