@@ -2,15 +2,19 @@
 
 The reference (docs/hooks/reference.py) renders the ``__all__`` of ``attnkit`` and of its public
 subpackages (``attnkit.scores``, ``attnkit.align`` and ``attnkit.masks``, which have none, render
-the classes and functions they define). For each function and class there, the docstring has (Google
-style, as mkdocstrings reads it): a summary line; an ``Args:`` section naming every parameter of the
-signature (a class: of ``__init__``; ``self``, ``*args`` and ``**kwargs`` aside); a ``Returns:``
-(or ``Yields:``) section when the function returns something; and an example of ``>>>`` lines. A
-class's ``forward`` (or ``__call__``) has Args and Returns too, and its other public methods at
-least a summary line. The examples then run as doctests (``ELLIPSIS | NORMALIZE_WHITESPACE``)
-in the defining module's namespace, as ``python -m doctest`` would, with ``torch`` and ``ak``
-(``import attnkit as ak``) imported, as the docs assume, after ``torch.manual_seed(0)``; an example importing an optional package that is not installed is
-skipped with the reason.
+the classes and functions they define). For each function and class there, the docstring has
+(Google style, as mkdocstrings reads it): a summary line; an ``Args:`` section naming every
+parameter of the signature (a class: of ``__init__``; ``self``, ``*args`` and ``**kwargs`` aside);
+a ``Returns:`` (or ``Yields:``) section when the function returns something; and an example of
+``>>>`` lines. A class's ``forward`` (or ``__call__``) has Args and Returns too, and its other
+public methods at least a summary line (an override of a method its base class documents, such
+as torch's ``extra_repr`` or ``Score.pairwise``, is covered by that documentation); a dataclass's
+fields may be documented under ``Attributes:``, a base class's fields where the base declares them.
+
+The examples then run as doctests (``ELLIPSIS | NORMALIZE_WHITESPACE``) in the defining module's
+namespace, as ``python -m doctest`` would, with ``torch`` and ``ak`` (``import attnkit as ak``)
+imported, as the docs assume, after ``torch.manual_seed(0)``; an example importing an optional
+package that is not installed is skipped with the reason.
 """
 
 from __future__ import annotations

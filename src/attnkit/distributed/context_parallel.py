@@ -47,7 +47,7 @@ class ContextParallelEncoderLayer(nn.Module):
 
         >>> def work(rank, world_size):  # on each rank
         ...     torch.manual_seed(0)  # the same parameters and input everywhere
-        ...     layer = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        ...     layer = ak.layers.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
         ...     cp = ContextParallelEncoderLayer(layer)
         ...     x = torch.randn(1, 8, 16)
         ...     shard = ak.distributed.shard_sequence(x, rank=rank, world_size=world_size, dim=1)

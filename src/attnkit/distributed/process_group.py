@@ -109,6 +109,9 @@ def init_process_group(
 
         >>> init_process_group(init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
         ...                    world_size=1, timeout=30)
+        >>> torch.distributed.get_world_size()
+        1
+        >>> torch.distributed.destroy_process_group()  # before another group in this process
     """
     if dist.is_initialized():
         raise RuntimeError(

@@ -338,10 +338,11 @@ def ring_attention(
         >>> def work(rank, world_size):  # on each rank
         ...     torch.manual_seed(0)  # the same full sequence everywhere
         ...     full = torch.randn(1, 2, 8, 4)
-        ...     x = shard_sequence(full, rank=rank, world_size=world_size)  # [B, H, m, d]
+        ...     x = ak.distributed.shard_sequence(full, rank=rank, world_size=world_size)
         ...     out = ring_attention(x, x, x, causal=True, length=8).context
         ...     exact = ak.attention(full, full, full, causal=True).context
-        ...     return torch.allclose(gather_sequence(out, length=8), exact, atol=1e-5)
+        ...     whole = ak.distributed.gather_sequence(out, length=8)
+        ...     return torch.allclose(whole, exact, atol=1e-5)
         >>> [result.value for result in ak.distributed.launch_local(work, 2)]
         [True, True]
     """

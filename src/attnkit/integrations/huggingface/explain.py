@@ -48,7 +48,7 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
         >>> import pathlib, tempfile
         >>> from transformers import BertTokenizer
         >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (folder / "vocab.txt").write_text("\n".join(
+        >>> _ = (folder / "vocab.txt").write_text(chr(10).join(
         ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "."]))
         >>> BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder) and None
         >>> model.save_pretrained(folder)
@@ -104,7 +104,7 @@ def explain_model(
         >>> import pathlib, tempfile
         >>> from transformers import BertTokenizer
         >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (folder / "vocab.txt").write_text("\n".join(
+        >>> _ = (folder / "vocab.txt").write_text(chr(10).join(
         ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "."]))
         >>> BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder) and None
         >>> model.save_pretrained(folder)
@@ -174,7 +174,7 @@ def attention_maps(
         >>> import pathlib, tempfile
         >>> from transformers import BertTokenizer
         >>> folder = pathlib.Path(tempfile.mkdtemp())
-        >>> _ = (folder / "vocab.txt").write_text("\n".join(
+        >>> _ = (folder / "vocab.txt").write_text(chr(10).join(
         ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "."]))
         >>> BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder) and None
         >>> model.save_pretrained(folder)
