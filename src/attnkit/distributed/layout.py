@@ -94,7 +94,7 @@ def local_positions(
         world_size: the number of ranks ``W``.
         local_length: ``m``, the rows of the shard.
         layout: ``"zigzag"`` (default) or ``"contiguous"``.
-        device: of the result.
+        device (torch.device | str | None): of the result.
 
     Returns:
         Long ``[m]``.
