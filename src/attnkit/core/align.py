@@ -34,7 +34,19 @@ from attnkit.core.scores import Additive
 def possibly(t: Tensor) -> bool:
     """``bool(t.any())``, but ``True`` for ``meta`` tensors, whose values are unknown, and under
     ``torch.compile``, which cannot branch on values: guards a rarely needed fix-up (non-finite
-    scores) without reading values that do not exist (the fix-up is exact either way)."""
+    scores) without reading values that do not exist (the fix-up is exact either way).
+
+    Args:
+        t: a bool tensor, any shape.
+
+    Returns:
+        Whether any element may be True.
+
+    Example::
+
+        >>> ak.align.possibly(torch.tensor([False, True])), ak.align.possibly(torch.zeros(2) > 0)
+        (True, False)
+    """
     return t.device.type == "meta" or torch.compiler.is_compiling() or bool(t.any())
 
 
@@ -62,6 +74,21 @@ def _shifted(e: Tensor, dim: int = -1) -> Tensor:
 def masked_softmax(e: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tensor:
     """Softmax over ``dim`` (eq. 25) restricted to ``mask``; rows with no admissible key give 0,
     rows with ``+inf`` scores share the weight equally among them, rows with a NaN score are NaN.
+
+    Args:
+        e: scores ``[..., M, N]`` (any shape).
+        mask: bool, broadcastable to ``e``; True = may attend. ``None``: every key.
+        dim: the dimension normalised (the keys').
+
+    Returns:
+        Weights, the shape of ``e``; 0 at masked keys.
+
+    Example::
+
+        >>> e = torch.tensor([[0.0, 0.0, 5.0], [1.0, 2.0, 3.0]])
+        >>> ak.align.masked_softmax(e, torch.tensor([[True, True, False], [False] * 3]))
+        tensor([[0.5000, 0.5000, 0.0000],
+                [0.0000, 0.0000, 0.0000]])
     """
     if mask is not None:
         e = e.masked_fill(~mask, float("-inf"))
@@ -72,7 +99,20 @@ def masked_softmax(e: Tensor, mask: Tensor | None = None, dim: int = -1) -> Tens
 
 
 def masked_log_softmax(e: Tensor, mask: Tensor | None = None) -> Tensor:
-    """``log`` of :func:`masked_softmax` over the last dim; masked entries are ``-inf``."""
+    """``log`` of :func:`masked_softmax` over the last dim; masked entries are ``-inf``.
+
+    Args:
+        e: scores ``[..., M, N]``.
+        mask: bool, broadcastable to ``e``; True = may attend. ``None``: every key.
+
+    Returns:
+        Log-weights, the shape of ``e``.
+
+    Example::
+
+        >>> ak.align.masked_log_softmax(torch.zeros(1, 2), torch.tensor([[True, False]]))
+        tensor([[0., -inf]])
+    """
     if mask is not None:
         e = e.masked_fill(~mask, float("-inf"))
     shifted = _shifted(e)
@@ -87,6 +127,16 @@ class Align(nn.Module, ABC):
     - ``normalized``: the weights of a row with an admissible key sum to 1;
     - ``stochastic``: ``sample()`` draws at random in training mode and returns a log-probability;
     - ``parametric``: has learned parameters, so it must be constructed with its sizes.
+
+    A new alignment subclasses it and implements ``sample``.
+
+    Example::
+
+        >>> class Uniform(ak.align.Align):
+        ...     def sample(self, e, mask=None, *, query=None, key=None, q_offset=0):
+        ...         return ak.align.masked_softmax(torch.zeros_like(e), mask), None
+        >>> Uniform()(torch.randn(1, 4))
+        tensor([[0.2500, 0.2500, 0.2500, 0.2500]])
     """
 
     normalized: bool = True
@@ -112,6 +162,10 @@ class Align(nn.Module, ABC):
             query: ``[..., M, d_q]``, for alignments that look at the queries (local-predictive).
             key: ``[..., N, d_k]``, for alignments that look at the keys (reinforced).
             q_offset: position of the first row of ``e`` among all queries (blockwise callers).
+
+        Returns:
+            Weights ``a [..., M, N]`` of eq. (3): 0 at masked keys, all 0 in a row without an
+            admissible key.
         """
         return self.sample(e, mask, query=query, key=key, q_offset=q_offset)[0]
 
@@ -133,7 +187,15 @@ ALIGNS: Registry[Align] = Registry("align", Align, "ak.align")
 
 @ALIGNS.register("softmax", "soft", "global")
 class Softmax(Align):
-    """Soft / global alignment: ``a_l = exp(e_l) / sum_j exp(e_j)`` (eq. 25)."""
+    """Soft / global alignment: ``a_l = exp(e_l) / sum_j exp(e_j)`` (eq. 25).
+
+    Shapes: scores ``e [..., M, N]`` → weights ``[..., M, N]``.
+
+    Example::
+
+        >>> ak.align.Softmax()(torch.tensor([[0.0, 0.0]]))
+        tensor([[0.5000, 0.5000]])
+    """
 
     taxonomy = {"alignment": "Global"}
 
@@ -143,7 +205,20 @@ class Softmax(Align):
 
 def nan_rows(e: Tensor, mask: Tensor | None) -> Tensor:
     """``[..., M, 1]``: rows with a NaN among their admissible scores. Alignments that pick or
-    threshold (and so could hide a NaN) give these rows NaN weights, as softmax does."""
+    threshold (and so could hide a NaN) give these rows NaN weights, as softmax does.
+
+    Args:
+        e: scores ``[..., M, N]``.
+        mask: bool, broadcastable to ``e``; True = may attend; ``None``: every key.
+
+    Returns:
+        Bool ``[..., M, 1]``.
+
+    Example::
+
+        >>> ak.align.nan_rows(torch.tensor([[1.0, float("nan")], [1.0, 2.0]]), None).flatten()
+        tensor([ True, False])
+    """
     nan = torch.isnan(e.detach())
     if mask is not None:
         nan = nan & mask
@@ -175,7 +250,21 @@ def _fill_masked(e: Tensor, mask: Tensor | None) -> Tensor:
 def infinite_rows(e: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
     """``(rows [..., M, 1], share [..., M, N])``: the rows with a ``+inf`` admissible score, and
     the weights attnkit defines for them — equal shares of the ``+inf`` keys, 0 elsewhere (the
-    limit of softmax, sparsemax and 1.5-entmax as those scores grow together)."""
+    limit of softmax, sparsemax and 1.5-entmax as those scores grow together).
+
+    Args:
+        e: scores ``[..., M, N]``.
+        mask: bool, broadcastable to ``e``; True = may attend; ``None``: every key.
+
+    Returns:
+        ``(rows, share)``: bool ``[..., M, 1]`` and weights ``[..., M, N]``.
+
+    Example::
+
+        >>> inf = float("inf")
+        >>> ak.align.infinite_rows(torch.tensor([[inf, 0.0, inf]]), None)
+        (tensor([[True]]), tensor([[0.5000, 0.0000, 0.5000]]))
+    """
     top = torch.isposinf(e.detach())
     if mask is not None:
         top = top & mask
@@ -202,21 +291,46 @@ class _Sparse(Align):
 
 @ALIGNS.register("sparsemax")
 class Sparsemax(_Sparse):
-    """Sparsemax (Martins & Astudillo 2016): Euclidean projection of ``e`` onto the simplex."""
+    """Sparsemax (Martins & Astudillo 2016): Euclidean projection of ``e`` onto the simplex.
+
+    Shapes: scores ``e [..., M, N]`` → weights ``[..., M, N]``, exactly 0 below the threshold.
+
+    Example::
+
+        >>> ak.align.Sparsemax()(torch.tensor([[0.0, 0.5, 3.0]]))
+        tensor([[0., 0., 1.]])
+    """
 
     mapping = staticmethod(entmax.sparsemax)
 
 
 @ALIGNS.register("entmax15")
 class Entmax15(_Sparse):
-    """1.5-entmax (Peters, Niculae & Martins 2019): sparse, between softmax and sparsemax."""
+    """1.5-entmax (Peters, Niculae & Martins 2019): sparse, between softmax and sparsemax.
+
+    Shapes: scores ``e [..., M, N]`` → weights ``[..., M, N]``.
+
+    Example::
+
+        >>> ak.align.Entmax15()(torch.tensor([[0.0, 1.0, 5.0]]))
+        tensor([[0., 0., 1.]])
+    """
 
     mapping = staticmethod(entmax.entmax15)
 
 
 @ALIGNS.register("topk")
 class TopK(Align):
-    """Softmax over the ``k`` highest-scoring admissible keys of each query (others get 0)."""
+    """Softmax over the ``k`` highest-scoring admissible keys of each query (others get 0).
+
+    Args:
+        k: the number of keys each query keeps.
+
+    Example::
+
+        >>> ak.align.TopK(k=2)(torch.tensor([[0.0, 3.0, 1.0, 3.0]]))
+        tensor([[0.0000, 0.5000, 0.0000, 0.5000]])
+    """
 
     taxonomy = {"alignment": "Top-k"}
 
@@ -276,6 +390,18 @@ class Hard(_Reinforce):
       ``reinforce_loss(log_prob, reward)`` where ``log_prob = log a_m``;
     - ``"straight_through"``: Gumbel-softmax with temperature ``temperature``: the forward pass is
       one-hot, the backward pass is that of the relaxed softmax (Jang et al. 2017).
+
+    Args:
+        estimator: ``"reinforce"`` or ``"straight_through"``.
+        temperature: of the Gumbel-softmax relaxation (``"straight_through"``).
+        baseline_decay: of the moving-average REINFORCE baseline, in ``[0, 1)``.
+
+    Example::
+
+        >>> hard = ak.align.Hard().eval()  # eval mode: the argmax
+        >>> weights, log_prob = hard.sample(torch.tensor([[0.0, 2.0, 1.0]]))
+        >>> weights, log_prob.shape
+        (tensor([[0., 1., 0.]]), torch.Size([1]))
     """
 
     taxonomy = {"alignment": "Hard"}
@@ -342,6 +468,14 @@ class LocalMonotonic(_Local):
 
     Query ``i`` attends keys ``l`` with ``|l - i| <= D`` (``2D + 1`` keys where they exist).
     ``window`` defaults to ``D = 10``, the value of Luong et al. (2015).
+
+    Args:
+        window: ``D``.
+
+    Example::
+
+        >>> ak.align.LocalMonotonic(window=1)(torch.zeros(4, 4))[0]  # query 0: keys 0 and 1
+        tensor([0.5000, 0.5000, 0.0000, 0.0000])
     """
 
     def __init__(self, window: int = 10) -> None:
@@ -365,6 +499,12 @@ class LocalPredictive(_Local):
         d_query: size of the queries.
         window: ``D``.
         d_hidden: rows of ``W_p`` (``d_p``); defaults to ``d_query``.
+
+    Example::
+
+        >>> align = ak.align.LocalPredictive(d_query=8, window=2)
+        >>> align(torch.randn(2, 3, 10), query=torch.randn(2, 3, 8)).shape
+        torch.Size([2, 3, 10])
     """
 
     normalized = False
@@ -414,6 +554,14 @@ class Reinforced(_Reinforce):
         d_query, d_key: sizes of the queries and keys the policy reads.
         d_hidden: hidden size of the policy network (default ``d_query``).
         baseline_decay: of the moving-average REINFORCE baseline.
+
+    Example::
+
+        >>> align = ak.align.Reinforced(d_query=8, d_key=6)
+        >>> q, k = torch.randn(2, 3, 8), torch.randn(2, 5, 6)
+        >>> weights, log_prob = align.sample(torch.randn(2, 3, 5), query=q, key=k)
+        >>> weights.shape, log_prob.shape
+        (torch.Size([2, 3, 5]), torch.Size([2, 3]))
     """
 
     taxonomy = {"alignment": "Reinforced"}
@@ -444,13 +592,40 @@ class Reinforced(_Reinforce):
 
 
 def resolve_align(spec: str | Align) -> Align:
-    """An :class:`Align` from a registered name (see ``ALIGNS.names()``) or an ``Align`` object."""
+    """An :class:`Align` from a registered name (see ``ALIGNS.names()``) or an ``Align`` object.
+
+    Args:
+        spec: a registered name (``"softmax"``, ``"sparsemax"``, ``"topk"``, ...) of an alignment
+            without parameters, or an ``Align`` object, returned as it is.
+
+    Returns:
+        The :class:`Align` module.
+
+    Example::
+
+        >>> ak.align.resolve_align("sparsemax")
+        Sparsemax()
+    """
     return ALIGNS.resolve(spec)
 
 
 def build_align(spec: str | Align, d_query: int, d_key: int) -> Align:
     """An :class:`Align` for queries/keys of these sizes; constructs ``"reinforced"`` from its
-    name (``"local_predictive"`` needs its window: pass an object)."""
+    name (``"local_predictive"`` needs its window: pass an object).
+
+    Args:
+        spec: a registered name or an ``Align`` object (returned as it is).
+        d_query: ``d_q``, the size of the queries (for ``"reinforced"``'s policy).
+        d_key: ``d_k``, the size of the keys (for ``"reinforced"``'s policy).
+
+    Returns:
+        A new :class:`Align` module (never one shared with another caller).
+
+    Example::
+
+        >>> type(ak.align.build_align("reinforced", d_query=8, d_key=6)).__name__
+        'Reinforced'
+    """
     if isinstance(spec, str) and ALIGNS.get(spec) is Reinforced:
         return Reinforced(d_query, d_key)
     if isinstance(spec, str):

@@ -35,6 +35,13 @@ class AttentionOutput:
             ``Reinforced``), for REINFORCE; else ``None``.
         output: ``y_hat`` of a module's output model (eq. 5), for modules that have one.
         summary: the ``summary=`` asked of :func:`attnkit.attention` (see ``core/summary.py``).
+
+    Example::
+
+        >>> q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)
+        >>> out = ak.attention(q, k, v, return_weights=True)
+        >>> out.context.shape, out.weights.shape, out.lse.shape
+        (torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3, 6]), torch.Size([1, 2, 3]))
     """
 
     context: Tensor

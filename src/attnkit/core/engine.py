@@ -229,10 +229,23 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
     it was passed over. Takes exactly the arguments of :func:`attention`; computes nothing (tensors
     on the ``meta`` device are fine).
 
+    Args:
+        q: queries ``[B, H, M, d_q]`` (or ``[B, M, d_q]``).
+        k: keys ``[B, H, N, d_k]`` (or ``[B, N, d_k]``).
+        v: values ``[B, H, N, d_v]`` (or ``[B, N, d_v]``).
+        **options: the keyword arguments of :func:`attention` (``score``, ``align``, ``mask``,
+            ``return_weights``, ``backend``, ...).
+
+    Returns:
+        A report: the call's sizes, the backend chosen, and why each earlier backend was not.
+
     Example::
 
         >>> q = torch.empty(1, 8, 4096, 64, device="meta")
         >>> print(ak.explain(q, q, q, score="cosine", return_weights=True))
+        attention over B=1 H=8 M=4096 N=4096, d_q=64, d_v=64, torch.float32, score=cosine, align=softmax
+        runs on: tiled — ...
+          passed over sdpa: weights were asked for
     """
     backend = options.pop("backend", None)
     call = prepare(q, k, v, **options)

@@ -101,6 +101,10 @@ class GeneralAttention(nn.Module):
             causal: bottom-right causal mask over query/feature positions.
             return_weights: include the weights ``[B, M, N]`` (``[B, M, N, d_v]``
                 multi-dimensional; without the M axis for a single query).
+
+        Returns:
+            :class:`~attnkit.AttentionOutput` with ``context [B, M, d_v]`` (``[B, d_v]`` for a
+            single query) of eq. (4), and ``weights`` when asked for.
         """
         single = query.dim() == 2
         if single:

@@ -71,9 +71,37 @@ class Run(Protocol):
 
 
 class AttentionHook(Protocol):
-    """``hook(call, module, run) -> AttentionOutput``: sees one engine call (module docstring)."""
+    """``hook(call, module, run) -> AttentionOutput``: sees one engine call (module docstring).
 
-    def __call__(self, call: AttentionCall, module: str | None, run: Run) -> AttentionOutput: ...
+    Any callable of this signature is one; :func:`attention_hooks` scopes it.
+
+    Example::
+
+        >>> shapes = []
+        >>> def count(call, module, run):  # an AttentionHook
+        ...     shapes.append(tuple(call.q.shape))
+        ...     return run(call)
+        >>> with ak.attention_hooks(count):
+        ...     _ = ak.attention(torch.randn(2, 5, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8))
+        >>> shapes  # the call in canonical 4-D form [B, H, M, d_q]
+        [(2, 1, 5, 8)]
+    """
+
+    def __call__(self, call: AttentionCall, module: str | None, run: Run) -> AttentionOutput:
+        """See (or change) one call.
+
+        Args:
+            call: the validated call: ``q [B, H, M, d_q]``, ``k [B, H, N, d_k]``,
+                ``v [B, H, N, d_v]``, the resolved score and alignment, the structured mask.
+            module: the name of the innermost watched module running, or ``None`` for a scope
+                without a model.
+            run: ``run(call, backend=None)`` computes a call (this one or a changed one) through
+                the hooks entered before this one and the engine's backend.
+
+        Returns:
+            The :class:`~attnkit.AttentionOutput` the caller receives.
+        """
+        ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,6 +186,22 @@ def attention_hooks(
     A watched module that declares ``forms_weights = False`` (an efficient attention kind, which
     computes no weights through the engine) raises ``ValueError`` when it runs inside the scope:
     the hooks would see nothing of it.
+
+    Yields:
+        Nothing: the hooks are active inside the ``with`` block and removed after it.
+
+    Example::
+
+        >>> mha = ak.MultiHeadAttention(16, 4, batch_first=True)
+        >>> seen = []
+        >>> def note(call, module, run):
+        ...     seen.append(module)
+        ...     return run(call)
+        >>> x = torch.randn(2, 5, 16)
+        >>> with ak.attention_hooks(note, model=mha):
+        ...     _ = mha(x, x, x)
+        >>> seen  # the model itself is named ""
+        ['']
     """
     for hook in hooks:
         if not callable(hook):

@@ -103,7 +103,20 @@ def kernel_attention(
 @dataclass(frozen=True)
 class LinearAttentionState:
     """The recurrent state of causal linear attention (eq. 18-19) after some tokens:
-    ``S = Σ_j φ(K_j) V_j^T [B, H, f, d_v]`` and ``z = Σ_j φ(K_j) [B, H, f]``."""
+    ``S = Σ_j φ(K_j) V_j^T [B, H, f, d_v]`` and ``z = Σ_j φ(K_j) [B, H, f]``.
+
+    Attributes:
+        s: ``S [B, H, f, d_v]``.
+        z: ``z [B, H, f]``.
+
+    Example::
+
+        >>> from attnkit.efficient import linear_attention_step
+        >>> q = k = torch.randn(2, 4, 8)
+        >>> _, state = linear_attention_step(q, k, torch.randn(2, 4, 6))
+        >>> state.s.shape, state.z.shape
+        (torch.Size([2, 4, 8, 6]), torch.Size([2, 4, 8]))
+    """
 
     s: Tensor
     z: Tensor

@@ -42,6 +42,25 @@ def index_grids(
     ``q_idx`` runs over ``q_offset … q_offset + M - 1`` and ``kv_idx`` likewise (blocks of a larger
     problem); ``extra`` trailing singleton dimensions are appended (1 for multi-dimensional scores
     ``[B, H, M, N, d_v]``).
+
+    Args:
+        batch: ``B``.
+        heads: ``H``.
+        m: ``M``, the number of queries.
+        n: ``N``, the number of keys.
+        device: where the indices are made.
+        extra: trailing singleton dimensions appended to each.
+        q_offset: the first query's index.
+        kv_offset: the first key's index.
+
+    Returns:
+        ``(b [B, 1, 1, 1], h [1, H, 1, 1], q_idx [1, 1, M, 1], kv_idx [1, 1, 1, N])`` (int64).
+
+    Example::
+
+        >>> b, h, q_idx, kv_idx = ak.masks.index_grids(2, 4, 3, 5, q_offset=10)
+        >>> q_idx.flatten().tolist(), kv_idx.shape
+        ([10, 11, 12], torch.Size([1, 1, 1, 5]))
     """
     tail = (1,) * extra
     b = torch.arange(batch, device=device).view(batch, 1, 1, 1, *tail)
@@ -60,7 +79,24 @@ def create_mask(
     device: torch.device | str | None = None,
 ) -> Tensor:
     """Evaluate ``mask_mod`` on every (b, h, q_idx, kv_idx): a bool tensor broadcastable to
-    ``[B, H, M, N]`` (dimensions the mod ignores stay of size 1)."""
+    ``[B, H, M, N]`` (dimensions the mod ignores stay of size 1).
+
+    Args:
+        mask_mod: ``mask_mod(b, h, q_idx, kv_idx) -> bool tensor`` (FlexAttention's signature).
+        batch: ``B``.
+        heads: ``H``.
+        m: ``M``, the number of queries.
+        n: ``N``, the number of keys.
+        device: where the mask is made.
+
+    Returns:
+        Bool tensor broadcastable to ``[B, H, M, N]``; True = may attend.
+
+    Example::
+
+        >>> ak.masks.create_mask(ak.masks.causal_mod(), 2, 4, 3, 3).shape  # b, h ignored
+        torch.Size([1, 1, 3, 3])
+    """
     out = mask_mod(*index_grids(batch, heads, m, n, device))
     if not isinstance(out, Tensor) or out.dtype != torch.bool:
         raise TypeError(f"mask_mod must return a bool tensor, got {type(out).__name__}")
@@ -72,6 +108,19 @@ def causal_mod(offset: int = 0) -> MaskMod:
 
     ``offset = N - M`` aligns bottom-right (attnkit's causal); ``offset = 0`` is top-left
     (SDPA's ``is_causal``).
+
+    Args:
+        offset: the key position of query 0.
+
+    Returns:
+        The mask_mod.
+
+    Example::
+
+        >>> ak.masks.create_mask(ak.masks.causal_mod(), 1, 1, 3, 3)[0, 0]
+        tensor([[ True, False, False],
+                [ True,  True, False],
+                [ True,  True,  True]])
     """
 
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -87,7 +136,22 @@ def _check_window(window: int) -> None:
 
 def sliding_window_mod(window: int, offset: int = 0) -> MaskMod:
     """mask_mod: query ``i`` (at key position ``i' = i + offset``) may attend key ``j`` when
-    ``i' - window < j <= i'``: exactly ``window`` keys, itself included, none in the future."""
+    ``i' - window < j <= i'``: exactly ``window`` keys, itself included, none in the future.
+
+    Args:
+        window: keys admitted per query (>= 1).
+        offset: the key position of query 0.
+
+    Returns:
+        The mask_mod.
+
+    Example::
+
+        >>> ak.masks.create_mask(ak.masks.sliding_window_mod(2), 1, 1, 3, 3)[0, 0].int()
+        tensor([[1, 0, 0],
+                [1, 1, 0],
+                [0, 1, 1]], dtype=torch.int32)
+    """
     _check_window(window)
 
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
@@ -98,7 +162,21 @@ def sliding_window_mod(window: int, offset: int = 0) -> MaskMod:
 
 
 def padding_mod(lengths: Tensor) -> MaskMod:
-    """mask_mod: key ``j`` of batch element ``b`` exists when ``j < lengths[b]``."""
+    """mask_mod: key ``j`` of batch element ``b`` exists when ``j < lengths[b]``.
+
+    Args:
+        lengths: int ``[B]``, the real keys of each batch element.
+
+    Returns:
+        The mask_mod.
+
+    Example::
+
+        >>> mod = ak.masks.padding_mod(torch.tensor([2, 3]))
+        >>> ak.masks.create_mask(mod, 2, 1, 1, 3)[:, 0, 0]
+        tensor([[ True,  True, False],
+                [ True,  True,  True]])
+    """
 
     def mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
         return kv_idx < lengths.to(kv_idx.device)[b]
@@ -107,7 +185,22 @@ def padding_mod(lengths: Tensor) -> MaskMod:
 
 
 def and_masks(*mask_mods: MaskMod) -> MaskMod:
-    """mask_mod admitting a key when every one of ``mask_mods`` does (FlexAttention's ``and_masks``)."""
+    """mask_mod admitting a key when every one of ``mask_mods`` does (FlexAttention's ``and_masks``).
+
+    Args:
+        *mask_mods: one or more mask_mods.
+
+    Returns:
+        Their conjunction, a mask_mod.
+
+    Example::
+
+        >>> mod = ak.masks.and_masks(ak.masks.causal_mod(), ak.masks.padding_mod(torch.tensor([2])))
+        >>> ak.masks.create_mask(mod, 1, 1, 3, 3)[0, 0].int()
+        tensor([[1, 0, 0],
+                [1, 1, 0],
+                [1, 1, 0]], dtype=torch.int32)
+    """
     if not mask_mods:
         raise ValueError("and_masks needs at least one mask_mod")
 
@@ -121,7 +214,23 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
 
 
 def or_masks(*mask_mods: MaskMod) -> MaskMod:
-    """mask_mod admitting a key when any one of ``mask_mods`` does (FlexAttention's ``or_masks``)."""
+    """mask_mod admitting a key when any one of ``mask_mods`` does (FlexAttention's ``or_masks``).
+
+    Args:
+        *mask_mods: one or more mask_mods.
+
+    Returns:
+        Their disjunction, a mask_mod.
+
+    Example::
+
+        >>> first_key = lambda b, h, q_idx, kv_idx: kv_idx == 0  # a global token
+        >>> mod = ak.masks.or_masks(ak.masks.sliding_window_mod(1), first_key)
+        >>> ak.masks.create_mask(mod, 1, 1, 3, 3)[0, 0].int()
+        tensor([[1, 0, 0],
+                [1, 1, 0],
+                [1, 0, 1]], dtype=torch.int32)
+    """
     if not mask_mods:
         raise ValueError("or_masks needs at least one mask_mod")
 
@@ -135,13 +244,44 @@ def or_masks(*mask_mods: MaskMod) -> MaskMod:
 
 
 def causal(m: int, n: int, device: torch.device | str | None = None) -> Tensor:
-    """Causal mask aligned bottom-right, bool ``[M, N]`` (True = may attend)."""
+    """Causal mask aligned bottom-right, bool ``[M, N]`` (True = may attend).
+
+    Args:
+        m: ``M``, the number of queries (the last ``M`` of the ``N`` positions).
+        n: ``N``, the number of keys.
+        device: where the mask is made.
+
+    Returns:
+        Bool ``[M, N]``.
+
+    Example::
+
+        >>> ak.masks.causal(2, 5).int()
+        tensor([[1, 1, 1, 1, 0],
+                [1, 1, 1, 1, 1]], dtype=torch.int32)
+    """
     return create_mask(causal_mod(n - m), 1, 1, m, n, device)[0, 0]
 
 
 def sliding_window(m: int, n: int, window: int, device: torch.device | str | None = None) -> Tensor:
     """Causal sliding-window mask aligned bottom-right, bool ``[M, N]``: query ``i`` sees keys
-    ``j`` with ``i' - window < j <= i'`` where ``i' = i + N - M`` (exactly ``window`` keys)."""
+    ``j`` with ``i' - window < j <= i'`` where ``i' = i + N - M`` (exactly ``window`` keys).
+
+    Args:
+        m: ``M``, the number of queries.
+        n: ``N``, the number of keys.
+        window: keys admitted per query (>= 1).
+        device: where the mask is made.
+
+    Returns:
+        Bool ``[M, N]``.
+
+    Example::
+
+        >>> ak.masks.sliding_window(2, 4, window=2).int()
+        tensor([[0, 1, 1, 0],
+                [0, 0, 1, 1]], dtype=torch.int32)
+    """
     return create_mask(sliding_window_mod(window, n - m), 1, 1, m, n, device)[0, 0]
 
 
@@ -149,6 +289,19 @@ def padding(lengths: Tensor | Sequence[int], n: int) -> Tensor:
     """Key-padding mask from lengths: bool ``[B, 1, 1, N]``, True for the first ``lengths[b]`` keys.
 
     Works as ``mask=`` for 3-D and 4-D inputs alike.
+
+    Args:
+        lengths: int ``[B]`` (a tensor or a sequence), each in ``[0, N]``.
+        n: ``N``, the number of keys.
+
+    Returns:
+        Bool ``[B, 1, 1, N]``.
+
+    Example::
+
+        >>> ak.masks.padding([2, 3], 4)[:, 0, 0]
+        tensor([[ True,  True, False, False],
+                [ True,  True,  True, False]])
     """
     lengths = torch.as_tensor(lengths)
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
@@ -164,7 +317,21 @@ def padding(lengths: Tensor | Sequence[int], n: int) -> Tensor:
 def masked_mean(x: Tensor, mask: Tensor | None) -> Tensor:
     """Mean of the real rows of ``x [..., N, d]`` → ``[..., d]`` (``mask [..., N]``, True = real);
     zeros for a set with no real row, never NaN. Padded rows get no gradient, whatever they hold
-    (``where``, not a multiplication)."""
+    (``where``, not a multiplication).
+
+    Args:
+        x: ``[..., N, d]``.
+        mask: bool ``[..., N]``, True = a real row; ``None``: every row.
+
+    Returns:
+        ``[..., d]``.
+
+    Example::
+
+        >>> x = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+        >>> ak.masks.masked_mean(x, torch.tensor([[True, True, False]]))
+        tensor([[2., 3.]])
+    """
     if mask is None:
         return x.mean(-2) if x.shape[-2] else x.sum(-2)
     total = torch.where(mask.unsqueeze(-1), x, torch.zeros_like(x)).sum(-2)

@@ -29,6 +29,15 @@ def merge_attention(partials: Sequence[AttentionOutput]) -> AttentionOutput:
 
     Returns:
         ``AttentionOutput(context, weights, lse)`` equal to one call over all keys. Differentiable.
+
+    Example::
+
+        >>> q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)
+        >>> first = ak.attention(q, k[:, :, :2], v[:, :, :2], return_lse=True)
+        >>> rest = ak.attention(q, k[:, :, 2:], v[:, :, 2:], return_lse=True)
+        >>> merged = ak.merge_attention([first, rest])
+        >>> torch.allclose(merged.context, ak.attention(q, k, v).context, atol=1e-6)
+        True
     """
     if not partials:
         raise ValueError("merge_attention needs at least one partial result, got none")

@@ -40,7 +40,20 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 
 
 def resolve_activation(spec: Activation) -> Callable[[Tensor], Tensor]:
-    """The activation ``act()`` of Table 2 from a name (``"tanh"``, ``"relu"``, …) or a callable."""
+    """The activation ``act()`` of Table 2 from a name (``"tanh"``, ``"relu"``, …) or a callable.
+
+    Args:
+        spec: a name (``"tanh"``, ``"relu"``, ``"sigmoid"``, ``"gelu"``, ``"silu"``, ``"elu"``,
+            ``"leaky_relu"``, ``"identity"``) or a callable, returned as it is.
+
+    Returns:
+        The elementwise function ``act(x)``, same shape in and out.
+
+    Example::
+
+        >>> ak.scores.resolve_activation("relu")(torch.tensor([-1.0, 2.0]))
+        tensor([0., 2.])
+    """
     if callable(spec):
         return spec
     if spec not in _ACTIVATIONS:
@@ -68,6 +81,16 @@ class Score(nn.Module):
     - ``elements_per_score``: numbers held per score in ``pairwise`` (``d_w`` for the additive
       score); blockwise backends size their blocks by it;
     - ``taxonomy``: its place in the survey's taxonomy (see ``attnkit.taxonomy``).
+
+    A new score subclasses it and overrides ``features`` and/or ``pairwise``.
+
+    Example::
+
+        >>> class Negated(ak.scores.Score):
+        ...     def pairwise(self, qf, kf, kv_offset=0):
+        ...         return -(qf @ kf.transpose(-2, -1))
+        >>> Negated()(torch.randn(2, 5, 8), torch.randn(2, 7, 8)).shape
+        torch.Size([2, 5, 7])
     """
 
     parametric: bool = False
@@ -105,7 +128,18 @@ class Score(nn.Module):
         return self.default_scale(d_key) if scale is None else scale
 
     def forward(self, q: Tensor, k: Tensor, scale: float | None = None) -> Tensor:
-        """Scores ``e [..., M, N]`` (``[..., M, N, d_v]`` multi-dimensional) of eq. (2)."""
+        """Scores ``e [..., M, N]`` (``[..., M, N, d_v]`` multi-dimensional) of eq. (2).
+
+        Args:
+            q: queries ``[..., M, d_q]``.
+            k: keys ``[..., N, d_k]``; leading dimensions broadcast with ``q``'s.
+            scale: multiplies the scores; ``None``: the score's default (``1/sqrt(d_k)`` for
+                :class:`ScaledDot`, none for the others).
+
+        Returns:
+            ``e = pairwise(*features(q, k)) · scale``, ``[..., M, N]`` (``[..., M, N, d_v]``
+            for a multi-dimensional score, eq. 31).
+        """
         e = self.pairwise(*self.features(q, k))
         factor = self.resolve_scale(scale, k.shape[-1])
         return e if factor is None else e * factor
@@ -137,6 +171,15 @@ class Additive(Score):
     Shapes: ``q [..., M, d_q]``, ``k [..., N, d_k]`` → ``e [..., M, N]`` (or ``[..., M, N, d_v]``).
     Memory: the materialised form holds ``[..., M, N, d_w]``; the engine's tiled path holds one
     block of it at a time, and computes ``W1 q`` and ``W2 k + b`` once.
+
+    Example::
+
+        >>> score = ak.scores.Additive(d_query=16, d_key=12, d_hidden=8)
+        >>> score(torch.randn(2, 5, 16), torch.randn(2, 7, 12)).shape
+        torch.Size([2, 5, 7])
+        >>> ak.scores.Additive(16, 12, 8, value_features=4)(
+        ...     torch.randn(2, 5, 16), torch.randn(2, 7, 12)).shape  # eq. (31)
+        torch.Size([2, 5, 7, 4])
     """
 
     parametric = True
@@ -180,7 +223,16 @@ class Additive(Score):
 
 @SCORES.register("dot", "multiplicative")
 class Dot(Score):
-    """Multiplicative (dot-product) score of Luong et al.: ``q^T k_l`` (Table 2)."""
+    """Multiplicative (dot-product) score of Luong et al.: ``q^T k_l`` (Table 2).
+
+    No parameters; ``d_q == d_k``. Shapes: ``q [..., M, d]``, ``k [..., N, d]`` → ``[..., M, N]``.
+
+    Example::
+
+        >>> q, k = torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+        >>> ak.scores.Dot()(q, k)
+        tensor([[11.,  1.]])
+    """
 
     taxonomy = {"scoring": "Multiplicative"}
 
@@ -193,7 +245,13 @@ class ScaledDot(Score):
     """Scaled multiplicative score of Vaswani et al.: ``q^T k_l / sqrt(d_k)`` (Table 2).
 
     ``scale`` replaces ``1/sqrt(d_k)`` when given, as in
-    ``torch.nn.functional.scaled_dot_product_attention``.
+    ``torch.nn.functional.scaled_dot_product_attention``. No parameters; ``d_q == d_k``.
+
+    Example::
+
+        >>> q, k = torch.tensor([[1.0, 1.0, 1.0, 1.0]]), torch.ones(3, 4)
+        >>> ak.scores.ScaledDot()(q, k)  # 4 / sqrt(4)
+        tensor([[2., 2., 2.]])
     """
 
     taxonomy = {"scoring": "Scaled-Multiplicative"}
@@ -211,6 +269,15 @@ class General(Score):
 
     The dot product of the transformed queries ``W q`` with the keys: one projection of the
     queries, then a dot-product score (so it runs on fused dot-product kernels).
+
+    Args:
+        d_query: size of the queries, ``d_q``.
+        d_key: size of the keys, ``d_k``.
+
+    Example::
+
+        >>> ak.scores.General(16, 12)(torch.randn(2, 5, 16), torch.randn(2, 7, 12)).shape
+        torch.Size([2, 5, 7])
     """
 
     taxonomy = {"scoring": "General"}
@@ -234,7 +301,17 @@ class General(Score):
 
 @SCORES.register("biased_general")
 class BiasedGeneral(General):
-    """Biased general score of Baziotis et al.: ``k_l^T (W q + b)`` with ``b [d_k]`` (Table 2)."""
+    """Biased general score of Baziotis et al.: ``k_l^T (W q + b)`` with ``b [d_k]`` (Table 2).
+
+    Args:
+        d_query: size of the queries, ``d_q``.
+        d_key: size of the keys, ``d_k``.
+
+    Example::
+
+        >>> ak.scores.BiasedGeneral(16, 12)(torch.randn(2, 5, 16), torch.randn(2, 7, 12)).shape
+        torch.Size([2, 5, 7])
+    """
 
     taxonomy = {"scoring": "Biased General"}
 
@@ -243,7 +320,19 @@ class BiasedGeneral(General):
 
 @SCORES.register("activated_general")
 class ActivatedGeneral(Score):
-    """Activated general score of Ma et al.: ``act(k_l^T W q + b)`` with scalar ``b`` (Table 2)."""
+    """Activated general score of Ma et al.: ``act(k_l^T W q + b)`` with scalar ``b`` (Table 2).
+
+    Args:
+        d_query: size of the queries, ``d_q``.
+        d_key: size of the keys, ``d_k``.
+        activation: ``act()``; a name or a callable (default ``"tanh"``).
+
+    Example::
+
+        >>> e = ak.scores.ActivatedGeneral(16, 12)(torch.randn(2, 5, 16), torch.randn(2, 7, 12))
+        >>> e.shape, bool(e.abs().max() <= 1)  # tanh
+        (torch.Size([2, 5, 7]), True)
+    """
 
     taxonomy = {"scoring": "Activated General"}
 
@@ -275,6 +364,12 @@ class Cosine(Score):
         temperature: divides the cosine (which lies in [-1, 1]) so the softmax can be peaked.
         learnable: learn the temperature (as its logarithm, so it stays positive).
         eps: guards the norm of all-zero vectors, whose cosine is taken as 0.
+
+    Example::
+
+        >>> q, k = torch.tensor([[1.0, 0.0]]), torch.tensor([[2.0, 0.0], [0.0, 3.0], [-1.0, 0.0]])
+        >>> ak.scores.Cosine()(q, k)
+        tensor([[ 1.,  0., -1.]])
     """
 
     taxonomy = {"scoring": "Similarity"}
@@ -307,6 +402,12 @@ class Euclidean(Score):
     and without a ``[M, N, d]`` tensor): the shortcut ``sqrt(|q|^2 + |k|^2 - 2 q^T k)`` is ~3x
     faster but loses the small distances to cancellation — exactly the largest scores, such as a
     query's distance to itself in self-attention. The gradient at zero distance is 0.
+
+    Example::
+
+        >>> q, k = torch.tensor([[0.0, 0.0]]), torch.tensor([[3.0, 4.0], [0.0, 0.0]])
+        >>> ak.scores.Euclidean()(q, k)
+        tensor([[-5., -0.]])
     """
 
     taxonomy = {"scoring": "Similarity"}
@@ -326,6 +427,12 @@ class Location(Score):
     Args:
         d_query: size of the queries.
         max_length: the largest number of keys, the rows of ``W_a [max_length, d_q]``.
+
+    Example::
+
+        >>> score = ak.scores.Location(d_query=16, max_length=10)
+        >>> score(torch.randn(2, 5, 16), torch.randn(2, 7, 16)).shape  # keys: only N = 7 counts
+        torch.Size([2, 5, 7])
     """
 
     taxonomy = {"scoring": "Location"}
@@ -355,7 +462,20 @@ class Location(Score):
 
 
 def resolve_score(spec: str | Score) -> Score:
-    """A :class:`Score` from a registered name (see ``SCORES.names()``) or a ``Score`` object."""
+    """A :class:`Score` from a registered name (see ``SCORES.names()``) or a ``Score`` object.
+
+    Args:
+        spec: a registered name (``"scaled_dot"``, ``"cosine"``, ...) of a score without
+            parameters, or a ``Score`` object, returned as it is.
+
+    Returns:
+        The :class:`Score` module.
+
+    Example::
+
+        >>> ak.scores.resolve_score("scaled_dot")
+        ScaledDot()
+    """
     return SCORES.resolve(spec)
 
 
@@ -372,6 +492,23 @@ def build_score(
     sizes are known (modules such as ``GeneralAttention`` use this). ``d_hidden`` is the additive
     score's ``d_w`` (default ``d_key``); ``value_features`` makes the additive score
     multi-dimensional (eq. 31). ``"location"`` needs ``max_length``: pass an object.
+
+    Args:
+        spec: a registered name or a ``Score`` object (returned as it is).
+        d_query: ``d_q``, the size of the queries.
+        d_key: ``d_k``, the size of the keys.
+        d_hidden: the additive score's hidden size ``d_w``; ``None``: ``d_key``.
+        value_features: ``d_v`` for the multi-dimensional additive score of eq. (31).
+
+    Returns:
+        A new :class:`Score` module (never one shared with another caller).
+
+    Example::
+
+        >>> ak.scores.build_score("general", d_query=16, d_key=12)
+        General(
+          (query_proj): Linear(in_features=16, out_features=12, bias=False)
+        )
     """
     if isinstance(spec, Score):
         return spec

@@ -30,6 +30,12 @@ def parse_pharaoh(line: str) -> tuple[Links, Links]:
 
     Raises:
         ValueError: a token that is not ``i-j``, ``i?j`` or ``ipj`` with integer positions.
+
+    Example::
+
+        >>> sure, possible = parse_pharaoh("0-0 1?1")
+        >>> sorted(sure), sorted(possible)
+        ([(0, 0)], [(0, 0), (1, 1)])
     """
     sure: Links = set()
     possible: Links = set()

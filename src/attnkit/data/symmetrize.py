@@ -62,17 +62,54 @@ def _is_int(value: object) -> bool:
 
 def transpose_links(links: Iterable[tuple[int, int]]) -> Links:
     """``{(j, i)}`` for ``{(i, j)}``: a reverse model's ``(french, english)`` links in the
-    ``(english, french)`` orientation (or back)."""
+    ``(english, french)`` orientation (or back).
+
+    Args:
+        links: ``(i, j)`` pairs.
+
+    Returns:
+        The ``(j, i)`` pairs.
+
+    Example::
+
+        >>> sorted(transpose_links({(0, 1), (2, 3)}))
+        [(1, 0), (3, 2)]"""
     return {(f, e) for e, f in _checked(links, "links")}
 
 
 def intersection(forward: Iterable[tuple[int, int]], backward: Iterable[tuple[int, int]]) -> Links:
-    """``A ∩ B``: the links both directions agree on."""
+    """``A ∩ B``: the links both directions agree on.
+
+    Args:
+        forward: ``(source, target)`` links of one direction.
+        backward: the other direction's, in the same orientation.
+
+    Returns:
+        The links in both.
+
+    Example::
+
+        >>> sorted(intersection({(0, 0), (1, 1)}, {(0, 0), (1, 2)}))
+        [(0, 0)]
+    """
     return _checked(forward, "forward") & _checked(backward, "backward")
 
 
 def union(forward: Iterable[tuple[int, int]], backward: Iterable[tuple[int, int]]) -> Links:
-    """``A ∪ B``: the links of either direction."""
+    """``A ∪ B``: the links of either direction.
+
+    Args:
+        forward: ``(source, target)`` links of one direction.
+        backward: the other direction's, in the same orientation.
+
+    Returns:
+        The links in either.
+
+    Example::
+
+        >>> sorted(union({(0, 0), (1, 1)}, {(0, 0), (1, 2)}))
+        [(0, 0), (1, 1), (1, 2)]
+    """
     return _checked(forward, "forward") | _checked(backward, "backward")
 
 
@@ -121,6 +158,13 @@ def grow_diag(forward: Iterable[tuple[int, int]], backward: Iterable[tuple[int, 
     """Koehn et al.'s ``grow-diag``: the intersection grown into the union through the 8
     neighbours of chosen points, adding a point only if its English or French word is unaligned.
 
+    Args:
+        forward: ``(source, target)`` links of one direction.
+        backward: the other direction's, in the same orientation.
+
+    Returns:
+        The symmetrized links.
+
     Example::
 
         >>> sorted(grow_diag({(0, 0), (1, 1)}, {(0, 0), (1, 2), (1, 1)}))
@@ -136,7 +180,19 @@ def grow_diag_final(
     forward: Iterable[tuple[int, int]], backward: Iterable[tuple[int, int]]
 ) -> Links:
     """``grow-diag``, then every point of ``forward``, then of ``backward``, whose English or
-    French word is still unaligned (Koehn et al.'s ``final``)."""
+    French word is still unaligned (Koehn et al.'s ``final``).
+
+    Args:
+        forward: ``(source, target)`` links of one direction.
+        backward: the other direction's, in the same orientation.
+
+    Returns:
+        The symmetrized links.
+
+    Example::
+
+        >>> sorted(grow_diag_final({(0, 0), (1, 1)}, {(0, 0), (1, 2), (1, 1)}))
+        [(0, 0), (1, 1), (1, 2)]"""
     a, b = _checked(forward, "forward"), _checked(backward, "backward")
     state = _Growing(a & b)
     state.grow_diag(a | b)
@@ -149,7 +205,19 @@ def grow_diag_final_and(
     forward: Iterable[tuple[int, int]], backward: Iterable[tuple[int, int]]
 ) -> Links:
     """``grow-diag``, then every point of ``forward``, then of ``backward``, whose English and
-    French words are both still unaligned (``final-and``, Moses' default)."""
+    French words are both still unaligned (``final-and``, Moses' default).
+
+    Args:
+        forward: ``(source, target)`` links of one direction.
+        backward: the other direction's, in the same orientation.
+
+    Returns:
+        The symmetrized links.
+
+    Example::
+
+        >>> sorted(grow_diag_final_and({(0, 0), (1, 1)}, {(0, 0), (1, 2), (1, 1)}))
+        [(0, 0), (1, 1), (1, 2)]"""
     a, b = _checked(forward, "forward"), _checked(backward, "backward")
     state = _Growing(a & b)
     state.grow_diag(a | b)

@@ -43,11 +43,17 @@ class ContextParallelEncoderLayer(nn.Module):
 
     Shapes: ``x [N, m, E]`` (``[m, N, E]`` unless ``layer.batch_first``), ``m`` local positions.
 
-    Example (each rank)::
+    Example::
 
-        >>> cp = ContextParallelEncoderLayer(TransformerEncoderLayer(64, 4, batch_first=True))
-        >>> y = cp(shard_sequence(x, rank=r, world_size=w, dim=1), is_causal=True,
-        ...        length=x.shape[1])
+        >>> def work(rank, world_size):  # on each rank
+        ...     torch.manual_seed(0)  # the same parameters and input everywhere
+        ...     layer = ak.layers.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        ...     cp = ContextParallelEncoderLayer(layer)
+        ...     x = torch.randn(1, 8, 16)
+        ...     shard = ak.distributed.shard_sequence(x, rank=rank, world_size=world_size, dim=1)
+        ...     return list(cp(shard, is_causal=True, length=8).shape)
+        >>> [result.value for result in ak.distributed.launch_local(work, 2)]
+        [[1, 4, 16], [1, 4, 16]]
     """
 
     def __init__(
@@ -98,7 +104,16 @@ class ContextParallelEncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, *, is_causal: bool = False, length: int | None = None) -> Tensor:
         """This rank's output positions, like ``x``. ``length``: the real sequence length when
-        the shards are padded (see :func:`~attnkit.distributed.ring_attention`)."""
+        the shards are padded (see :func:`~attnkit.distributed.ring_attention`).
+
+        Args:
+            x: this rank's shard ``[N, m, E]`` (``[m, N, E]`` unless ``layer.batch_first``).
+            is_causal: causal self-attention over the whole sequence.
+            length: the real sequence length (``None``: ``W · m``, no padding).
+
+        Returns:
+            The layer's output at this rank's positions, like ``x``.
+        """
         layer = self.layer
         if x.dim() != 3:
             raise ValueError(f"x must be 3-D (batched), got shape {tuple(x.shape)}")

@@ -29,7 +29,21 @@ from attnkit.distributed.process_group import free_port, init_process_group
 @dataclass(frozen=True)
 class RankResult:
     """What one rank returned (``value``, JSON-compatible) or raised (``error``: type and
-    message), how long it ran, and its exit code (``None``: killed after the overall timeout)."""
+    message), how long it ran, and its exit code (``None``: killed after the overall timeout).
+
+    Attributes:
+        rank: the process's rank.
+        value: what ``fn`` returned (JSON-compatible), or ``None``.
+        error: ``"Type: message"`` when ``fn`` raised, else ``None``.
+        seconds: how long the rank ran.
+        exitcode: the process's exit code (``None``: killed).
+
+    Example::
+
+        >>> results = launch_local(lambda rank, world_size: rank * 10, 2)
+        >>> [(result.rank, result.value, result.error) for result in results]
+        [(0, 0, None), (1, 10, None)]
+    """
 
     rank: int
     value: Any = None
@@ -86,6 +100,11 @@ def launch_local(
 
     Returns:
         One :class:`RankResult` per rank, in rank order.
+
+    Example::
+
+        >>> [result.value for result in launch_local(lambda rank, world_size: world_size, 2)]
+        [2, 2]
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -135,7 +154,16 @@ def launch_local(
 
 
 def rss_peak_bytes() -> int:
-    """This process's peak resident memory (``VmHWM`` of /proc/self/status), in bytes."""
+    """This process's peak resident memory (``VmHWM`` of /proc/self/status), in bytes.
+
+    Returns:
+        The peak in bytes.
+
+    Example::
+
+        >>> rss_peak_bytes() > 0
+        True
+    """
     with open(f"/proc/{os.getpid()}/status") as status:
         for line in status:
             if line.startswith("VmHWM:"):

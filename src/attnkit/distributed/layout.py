@@ -47,7 +47,21 @@ def _check_layout(layout: str) -> int:
 
 
 def padded_length(length: int, world_size: int, layout: str = "zigzag") -> int:
-    """The smallest length ``>= length`` that ``layout`` splits evenly over ``world_size``."""
+    """The smallest length ``>= length`` that ``layout`` splits evenly over ``world_size``.
+
+    Args:
+        length: the sequence length ``n``.
+        world_size: the number of ranks ``W``.
+        layout: ``"zigzag"`` (default) or ``"contiguous"``.
+
+    Returns:
+        ``n_pad >= n`` (zigzag: a multiple of ``2W``; contiguous: of ``W``).
+
+    Example::
+
+        >>> padded_length(10, 4), padded_length(10, 4, layout="contiguous")
+        (16, 12)
+    """
     chunks = _check_layout(layout) * world_size
     return -(-length // chunks) * chunks
 
@@ -73,7 +87,23 @@ def local_chunks(
 def local_positions(
     rank: int, world_size: int, local_length: int, layout: str = "zigzag", device=None
 ) -> Tensor:
-    """Sequence positions of a shard's rows, ``[local_length]`` long."""
+    """Sequence positions of a shard's rows, ``[local_length]`` long.
+
+    Args:
+        rank: the shard's rank.
+        world_size: the number of ranks ``W``.
+        local_length: ``m``, the rows of the shard.
+        layout: ``"zigzag"`` (default) or ``"contiguous"``.
+        device (torch.device | str | None): of the result.
+
+    Returns:
+        Long ``[m]``.
+
+    Example::
+
+        >>> local_positions(0, 2, 4), local_positions(1, 2, 4)  # zigzag: 2 chunks per rank
+        (tensor([0, 1, 6, 7]), tensor([2, 3, 4, 5]))
+    """
     parts = [
         torch.arange(c.start, c.start + c.size, device=device)
         for c in local_chunks(rank, world_size, local_length, layout)
@@ -89,8 +119,19 @@ def shard_sequence(
 
     Args:
         x: the whole sequence, e.g. ``[B, H, n, d]`` (``dim=-2``) or ``[B, n, E]`` (``dim=1``).
+        rank: this rank.
+        world_size: the number of ranks ``W``.
+        dim: the sequence dimension.
+        layout: ``"zigzag"`` (default) or ``"contiguous"``.
+
     Returns:
         ``[..., n_pad / world_size, ...]``: the rank's chunks, concatenated in sequence order.
+
+    Example::
+
+        >>> x = torch.arange(8.0).view(1, 8, 1)
+        >>> shard_sequence(x, rank=0, world_size=2, dim=1).flatten()
+        tensor([0., 1., 6., 7.])
     """
     n = x.shape[dim]
     pad = padded_length(n, world_size, layout) - n
@@ -111,7 +152,24 @@ def unshard_sequence(
     shards: Sequence[Tensor], *, length: int, dim: int = -2, layout: str = "zigzag"
 ) -> Tensor:
     """Inverse of :func:`shard_sequence`: the whole sequence (first ``length`` positions) from
-    every rank's shard, given in rank order."""
+    every rank's shard, given in rank order.
+
+    Args:
+        shards: one shard per rank, in rank order.
+        length: ``n``, the positions kept (the padding dropped).
+        dim: the sequence dimension.
+        layout: ``"zigzag"`` (default) or ``"contiguous"``.
+
+    Returns:
+        The whole sequence, ``n`` long along ``dim``.
+
+    Example::
+
+        >>> x = torch.arange(8.0).view(1, 8, 1)
+        >>> shards = [shard_sequence(x, rank=r, world_size=2, dim=1) for r in range(2)]
+        >>> torch.equal(unshard_sequence(shards, length=8, dim=1), x)
+        True
+    """
     world = len(shards)
     local_length = shards[0].shape[dim]
     pieces: list[tuple[int, Tensor]] = []
@@ -138,7 +196,27 @@ def gather_sequence(
     layout: str = "zigzag",
 ) -> Tensor:
     """The whole sequence on every rank, from each rank's shard ``x`` (``all_gather``; not
-    differentiable). For evaluation and tests; training never needs it."""
+    differentiable). For evaluation and tests; training never needs it.
+
+    Args:
+        x: this rank's shard.
+        length: ``n``, the positions kept (the padding dropped).
+        group: the ranks (``None``: the default group).
+        dim: the sequence dimension.
+        layout: ``"zigzag"`` (default) or ``"contiguous"``.
+
+    Returns:
+        The whole sequence, ``n`` long along ``dim``.
+
+    Example::
+
+        >>> def work(rank, world_size):  # on each rank
+        ...     x = torch.arange(8.0).view(1, 8, 1)
+        ...     shard = shard_sequence(x, rank=rank, world_size=world_size, dim=1)
+        ...     return torch.equal(gather_sequence(shard, length=8, dim=1), x)
+        >>> [result.value for result in ak.distributed.launch_local(work, 2)]
+        [True, True]
+    """
     _, world = rank_and_size(group)
     if world == 1:
         return unshard_sequence([x], length=length, dim=dim, layout=layout)

@@ -22,12 +22,30 @@ DEFAULT_TIMEOUT = 300.0
 
 
 class PeerFailureError(RuntimeError):
-    """A peer rank died, hung, or did not answer within the process group's timeout."""
+    """A peer rank died, hung, or did not answer within the process group's timeout.
+
+    Example::
+
+        >>> issubclass(PeerFailureError, RuntimeError)
+        True
+    """
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port free on ``host`` now (the OS picks it for a socket bound to port 0), for a
-    ``tcp://host:port`` rendezvous of processes on one machine."""
+    ``tcp://host:port`` rendezvous of processes on one machine.
+
+    Args:
+        host: the interface to bind.
+
+    Returns:
+        The port number.
+
+    Example::
+
+        >>> 0 < free_port() < 65536
+        True
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -51,7 +69,17 @@ def default_backend(cuda_available: bool | None = None) -> str:
     """The process-group backend for this machine: ``"nccl"`` when CUDA is available (NCCL moves
     GPU tensors directly between GPUs), else ``"gloo"`` (CPU tensors).
 
-    ``cuda_available``: ``None`` asks ``torch.cuda.is_available()``."""
+    Args:
+        cuda_available: ``None`` asks ``torch.cuda.is_available()``.
+
+    Returns:
+        ``"nccl"`` or ``"gloo"``.
+
+    Example::
+
+        >>> default_backend(cuda_available=False)
+        'gloo'
+    """
     if cuda_available is None:
         cuda_available = torch.cuda.is_available()
     return "nccl" if cuda_available else "gloo"
@@ -81,6 +109,9 @@ def init_process_group(
 
         >>> init_process_group(init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
         ...                    world_size=1, timeout=30)
+        >>> torch.distributed.get_world_size()
+        1
+        >>> torch.distributed.destroy_process_group()  # before another group in this process
     """
     if dist.is_initialized():
         raise RuntimeError(
@@ -119,6 +150,21 @@ def all_reduce_gradients(module: nn.Module, group: dist.ProcessGroup | None = No
     gradient of its own positions' share of the loss; their sum is the gradient of the whole
     loss (normalise the loss by the *global* number of positions). Parameters without a gradient
     on every rank are summed as zeros, so all ranks issue the same collectives.
+
+    Args:
+        module: whose parameters' ``.grad`` are summed.
+        group: the ranks (``None``: the default group).
+
+    Example::
+
+        >>> def work(rank, world_size):  # on each rank
+        ...     linear = torch.nn.Linear(2, 1, bias=False)
+        ...     torch.nn.init.ones_(linear.weight)
+        ...     linear(torch.full((1, 2), float(rank + 1))).sum().backward()
+        ...     all_reduce_gradients(linear)
+        ...     return linear.weight.grad.tolist()
+        >>> [result.value for result in ak.distributed.launch_local(work, 2)]
+        [[[3.0, 3.0]], [[3.0, 3.0]]]
     """
     _, world = rank_and_size(group)
     if world == 1:

@@ -333,10 +333,18 @@ def ring_attention(
     Returns:
         ``AttentionOutput(context [B, H, m, d_v], lse [B, H, m])`` for this rank's positions.
 
-    Example (on each of W ranks)::
+    Example::
 
-        >>> x = shard_sequence(full, rank=rank, world_size=world, dim=-2)  # [B, H, m, d]
-        >>> out = ring_attention(x, x, x, causal=True, length=full.shape[-2]).context
+        >>> def work(rank, world_size):  # on each rank
+        ...     torch.manual_seed(0)  # the same full sequence everywhere
+        ...     full = torch.randn(1, 2, 8, 4)
+        ...     x = ak.distributed.shard_sequence(full, rank=rank, world_size=world_size)
+        ...     out = ring_attention(x, x, x, causal=True, length=8).context
+        ...     exact = ak.attention(full, full, full, causal=True).context
+        ...     whole = ak.distributed.gather_sequence(out, length=8)
+        ...     return torch.allclose(whole, exact, atol=1e-5)
+        >>> [result.value for result in ak.distributed.launch_local(work, 2)]
+        [True, True]
     """
     score_obj = resolve_score(score)
     _check_inputs(q, k, v, score_obj)

@@ -52,6 +52,22 @@ def bigbird_blocks(
     """The key blocks each query block attends: long ``[num_blocks, K]``, ``-1`` = empty slot.
 
     Rows of global query blocks are left empty here (they attend every key, computed densely).
+
+    Args:
+        num_blocks: query (and key) blocks.
+        window_blocks: odd number of key blocks in the sliding window.
+        global_blocks: leading global blocks.
+        random_blocks: random key blocks per query block.
+        causal: only key blocks up to the query block's own.
+        seed: fixes the random blocks.
+
+    Returns:
+        Long ``[num_blocks, K]``: the key blocks of each query block, ``-1`` for an empty slot.
+
+    Example::
+
+        >>> bigbird_blocks(6, seed=0)[1]  # window 0-2, global 0, random 3 and 5
+        tensor([ 0,  1,  2,  3,  5, -1])
     """
     if window_blocks < 1 or window_blocks % 2 == 0:
         raise ValueError(f"window_blocks must be odd and >= 1, got {window_blocks}")
@@ -89,6 +105,12 @@ class BigBirdAttention(EfficientKind):
     Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; any bool
     mask): ``q, k, v`` ``[B, H, L, d]``, ``[B, H_kv, L, d]``, ``[B, H_kv, L, d_v]`` (or 3-D)
     → :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
+
+    Example::
+
+        >>> x = torch.randn(2, 4, 64, 8)
+        >>> BigBirdAttention(block=8)(x, x, x).context.shape
+        torch.Size([2, 4, 64, 8])
     """
 
     name = "bigbird"
@@ -185,11 +207,26 @@ def bigbird_attention(
 ) -> AttentionOutput:
     """:class:`BigBirdAttention` as a function (options: :class:`KindOptions`).
 
+    Args:
+        q: queries ``[B, H, L, d]`` (or ``[B, L, d]``; self-attention: ``M == N == L``).
+        k: keys ``[B, H_kv, L, d]``.
+        v: values ``[B, H_kv, L, d_v]``.
+        block: positions per block.
+        window_blocks: odd number of key blocks in the sliding window.
+        global_blocks: leading blocks that attend and are attended by all.
+        random_blocks: random key blocks per query block.
+        seed: fixes the random blocks.
+        **options: :class:`~attnkit.efficient._inputs.KindOptions` (``mask``, ``causal``,
+            ``return_weights``, ...).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
+
     Example::
 
-        >>> x = torch.randn(1, 2, 1024, 16)
-        >>> bigbird_attention(x, x, x, block=64).context.shape
-        torch.Size([1, 2, 1024, 16])
+        >>> x = torch.randn(1, 2, 256, 16)
+        >>> bigbird_attention(x, x, x, block=32).context.shape
+        torch.Size([1, 2, 256, 16])
     """
     kind = BigBirdAttention(block, window_blocks, global_blocks, random_blocks, seed)
     return kind(q, k, v, **options)

@@ -44,7 +44,25 @@ def linear_attention_step(
 ) -> tuple[Tensor, LinearAttentionState]:
     """Causal linear attention as an RNN, one token: ``q``, ``k`` ``[B, H, d]``, ``v [B, H, d_v]``
     → ``(output [B, H, d_v], state)`` (Katharopoulos et al. eq. 18-20). Feeding tokens
-    ``0 … L-1`` gives the outputs of ``linear_attention(q, k, v, causal=True)``."""
+    ``0 … L-1`` gives the outputs of ``linear_attention(q, k, v, causal=True)``.
+
+    Args:
+        q: the token's query ``[B, H, d]``.
+        k: its key ``[B, H, d]``.
+        v: its value ``[B, H, d_v]``.
+        state: the state after the earlier tokens (``None``: none yet).
+
+    Returns:
+        ``(output [B, H, d_v], state)``: the state includes this token.
+
+    Example::
+
+        >>> state = None
+        >>> for t in range(3):
+        ...     out, state = linear_attention_step(torch.randn(2, 4, 8), torch.randn(2, 4, 8),
+        ...                                        torch.randn(2, 4, 6), state)
+        >>> out.shape, state.s.shape
+        (torch.Size([2, 4, 6]), torch.Size([2, 4, 8, 6]))"""
     return kernel_attention_step(elu_feature_map(q), elu_feature_map(k), v, state)
 
 
@@ -59,6 +77,12 @@ class LinearAttention(EfficientKind):
     key padding only, ``scale`` is not used: the kernel replaces the scaled dot product):
     ``q [B, H, M, d]`` or ``[B, M, d]``, ``k [B, H_kv, N, d]``, ``v [B, H_kv, N, d_v]`` →
     :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
+    Example::
+
+        >>> x = torch.randn(2, 4, 64, 8)
+        >>> LinearAttention()(x, x, x, causal=True).context.shape
+        torch.Size([2, 4, 64, 8])
     """
 
     name = "linear"
@@ -88,10 +112,21 @@ def linear_attention(
 ) -> AttentionOutput:
     """:class:`LinearAttention` as a function (options: :class:`KindOptions`).
 
+    Args:
+        q: queries ``[B, H, M, d]`` (or ``[B, M, d]``).
+        k: keys ``[B, H_kv, N, d]`` (or ``[B, N, d]``).
+        v: values ``[B, H_kv, N, d_v]`` (or ``[B, N, d_v]``).
+        chunk: positions per chunk of the causal prefix sums.
+        **options: :class:`~attnkit.efficient._inputs.KindOptions` (``mask``, ``causal``,
+            ``return_weights``, ...).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
     Example::
 
-        >>> x = torch.randn(2, 4, 4096, 32)
+        >>> x = torch.randn(2, 4, 256, 32)
         >>> linear_attention(x, x, x, causal=True).context.shape
-        torch.Size([2, 4, 4096, 32])
+        torch.Size([2, 4, 256, 32])
     """
     return LinearAttention(chunk)(q, k, v, **options)

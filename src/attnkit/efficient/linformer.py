@@ -86,7 +86,9 @@ def linformer_attention(
     """Softmax attention over length-projected keys and values (eq. 7).
 
     Args:
-        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
+        q: ``[B, H, M, d]`` or ``[B, M, d]``.
+        k: ``[B, H_kv, N, d]``.
+        v: ``[B, H_kv, N, d_v]``.
         key_projection: ``E [k, n]`` with ``n >= N`` (its first ``N`` columns are used).
         value_projection: ``F [k, n]`` (default: ``E``, key-value sharing).
         options: :class:`~attnkit.efficient._inputs.KindOptions`; the mask is key padding only,
@@ -116,6 +118,7 @@ class LinformerAttention(EfficientKind):
             registered default).
         projected_length: ``k``, the number of projected keys (the paper: 128-256).
         share_key_value: one projection for keys and values.
+        device, dtype: of the projections.
 
     Parameters: ``key_projection [k, n]`` (and ``value_projection [k, n]``), initialised
     ``N(0, 1/k)`` (the Johnson–Lindenstrauss scaling of the paper's Theorem 1); they do not

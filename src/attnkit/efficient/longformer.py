@@ -76,6 +76,12 @@ class LongformerAttention(EfficientKind):
     mask; causal: a query sees no later key, global or not): ``q, k, v`` ``[B, H, L, d]``,
     ``[B, H_kv, L, d]``, ``[B, H_kv, L, d_v]`` (or 3-D) → :class:`~attnkit.AttentionOutput` with
     ``context [B, H, L, d_v]``.
+
+    Example::
+
+        >>> x = torch.randn(2, 4, 64, 8)
+        >>> LongformerAttention(window=8)(x, x, x).context.shape
+        torch.Size([2, 4, 64, 8])
     """
 
     name = "longformer"
@@ -162,10 +168,23 @@ def longformer_attention(
 ) -> AttentionOutput:
     """:class:`LongformerAttention` as a function (options: :class:`KindOptions`).
 
+    Args:
+        q: queries ``[B, H, L, d]`` (or ``[B, L, d]``; self-attention).
+        k: keys ``[B, H_kv, L, d]``.
+        v: values ``[B, H_kv, L, d_v]``.
+        window: keys of each query's sliding window.
+        global_tokens: bool ``[L]`` or ``[B, L]`` (True = global), or integer positions;
+            ``None``: the first token.
+        **options: :class:`~attnkit.efficient._inputs.KindOptions` (``mask``, ``causal``,
+            ``return_weights``, ...).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
+
     Example::
 
-        >>> x = torch.randn(2, 4, 512, 16)
+        >>> x = torch.randn(2, 4, 256, 16)
         >>> longformer_attention(x, x, x, window=64, global_tokens=torch.tensor([0])).context.shape
-        torch.Size([2, 4, 512, 16])
+        torch.Size([2, 4, 256, 16])
     """
     return LongformerAttention(window, global_tokens)(q, k, v, **options)

@@ -237,10 +237,12 @@ class LSHAttention(EfficientKind):
 
     Example::
 
-        >>> kind = LSHAttention(bucket_size=32, attend_across_buckets=True)
-        >>> x = torch.randn(1, 2, 256, 16)
-        >>> kind(x, None, x, causal=True).context.shape
-        torch.Size([1, 2, 256, 16])
+        >>> x = torch.randn(2, 4, 64, 8)
+        >>> LSHAttention(bucket_size=8, n_rounds=2)(x, None, x).context.shape
+        torch.Size([2, 4, 64, 8])
+        >>> across = LSHAttention(bucket_size=8, attend_across_buckets=True)
+        >>> across(x, None, x, causal=True).context.shape
+        torch.Size([2, 4, 64, 8])
     """
 
     name = "lsh"
@@ -267,6 +269,17 @@ class LSHAttention(EfficientKind):
     def forward(
         self, q: Tensor, k: Tensor | None, v: Tensor, **options: Unpack[KindOptions]
     ) -> AttentionOutput:
+        """Shared-QK LSH attention of ``q`` over itself.
+
+        Args:
+            q: the shared query/key vectors ``[B, H, L, d]`` (or ``[B, L, d]``).
+            k: not read (pass ``None`` or ``q``).
+            v: values ``[B, H, L, d_v]``.
+            **options: :class:`~attnkit.efficient._inputs.KindOptions` (key padding only).
+
+        Returns:
+            :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
+        """
         return self.attend(check_call(self.name, q, q, v, **options))
 
     def attend(self, call: EfficientCall) -> AttentionOutput:
@@ -412,11 +425,23 @@ def lsh_attention(
     """:class:`LSHAttention` as a function (options: :class:`KindOptions`); ``k`` must be ``q``
     itself (the same tensor object; Reformer shares W_Q and W_K) or ``None``.
 
+    Args:
+        q: the shared query/key vectors ``[B, H, L, d]`` (or ``[B, L, d]``).
+        k: ``q`` itself or ``None``.
+        v: values ``[B, H, L, d_v]``.
+        bucket_size: the chunk length ``c``.
+        n_rounds: hashing rounds.
+        seed: fixes the random rotations.
+        **options: :class:`~attnkit.efficient._inputs.KindOptions` (key padding only).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, L, d_v]``.
+
     Example::
 
-        >>> x = torch.randn(1, 2, 1024, 16)
+        >>> x = torch.randn(1, 2, 256, 16)
         >>> lsh_attention(x, x, x, bucket_size=32, n_rounds=2).context.shape
-        torch.Size([1, 2, 1024, 16])
+        torch.Size([1, 2, 256, 16])
     """
     if k is not None and k is not q:
         raise ValueError(

@@ -165,10 +165,11 @@ class NystromAttention(EfficientKind):
 
     Example::
 
-        >>> kind = NystromAttention(landmarks=32, residual=True, num_heads=4)
-        >>> x = torch.randn(2, 4, 256, 16)
-        >>> kind(x, x, x).context.shape
-        torch.Size([2, 4, 256, 16])
+        >>> x = torch.randn(2, 4, 64, 8)
+        >>> NystromAttention(landmarks=8)(x, x, x).context.shape
+        torch.Size([2, 4, 64, 8])
+        >>> NystromAttention(landmarks=8, residual=True, num_heads=4)(x, x, x).context.shape
+        torch.Size([2, 4, 64, 8])
     """
 
     name = "nystrom"
@@ -247,20 +248,24 @@ def nystrom_attention(
     """:class:`NystromAttention` as a function (options: :class:`KindOptions`).
 
     Args:
-        q, k, v: ``[B, H, M, d]``, ``[B, H_kv, N, d]``, ``[B, H_kv, N, d_v]`` (or 3-D).
-        landmarks, pinv_iterations: as :class:`NystromAttention`.
+        q: queries ``[B, H, M, d]`` (or ``[B, M, d]``).
+        k: keys ``[B, H_kv, N, d]`` (or ``[B, N, d]``).
+        v: values ``[B, H_kv, N, d_v]`` (or ``[B, N, d_v]``).
+        landmarks: ``m``.
+        pinv_iterations: iterations of eq. 16.
         residual_weight: the value residual's depthwise convolution weight ``[H, 1, K, 1]``
             (``K`` odd; e.g. ``nystrom_attention.NystromAttention(...).res_conv.weight``), or
             ``None`` for no residual.
+        **options: :class:`~attnkit.efficient._inputs.KindOptions` (key padding only, not causal).
 
     Returns:
         :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
 
     Example::
 
-        >>> x = torch.randn(2, 4, 1000, 16)
+        >>> x = torch.randn(2, 4, 200, 16)
         >>> nystrom_attention(x, x, x, landmarks=32).context.shape
-        torch.Size([2, 4, 1000, 16])
+        torch.Size([2, 4, 200, 16])
     """
     call = check_call(NystromAttention.name, q, k, v, **options)
     landmarks = check_positive_int("landmarks", landmarks)

@@ -66,7 +66,24 @@ def orthogonal_gaussian(
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """``ω [m, d]``: blocks of ``d`` orthonormal rows (QR of a Gaussian matrix), each row rescaled
-    to the norm of an independent ``N(0, I_d)`` vector (Choromanski et al. §2.4)."""
+    to the norm of an independent ``N(0, I_d)`` vector (Choromanski et al. §2.4).
+
+    Args:
+        num_features: ``m``, the random features (rows).
+        dim: ``d``, the size of the queries and keys.
+        generator: the random source (``None``: torch's global one).
+        device: of the result.
+        dtype: of the result.
+
+    Returns:
+        ``ω [m, d]``.
+
+    Example::
+
+        >>> omega = orthogonal_gaussian(20, 8, generator=torch.Generator().manual_seed(0))
+        >>> block = omega[:8] / omega[:8].norm(dim=-1, keepdim=True)  # orthonormal rows
+        >>> omega.shape, torch.allclose(block @ block.T, torch.eye(8), atol=1e-5)
+        (torch.Size([20, 8]), True)"""
     num_features = check_positive_int("num_features", num_features)
     dim = check_positive_int("dim", dim)
     blocks = []
@@ -165,7 +182,9 @@ def performer_attention(
     generalized attention with ``kernel_fn``).
 
     Args:
-        q: ``[B, H, M, d]`` or ``[B, M, d]``; k: ``[B, H_kv, N, d]``; v: ``[B, H_kv, N, d_v]``.
+        q: ``[B, H, M, d]`` or ``[B, M, d]``.
+        k: ``[B, H_kv, N, d]``.
+        v: ``[B, H_kv, N, d_v]``.
         projection: ``ω [m, d]`` (e.g. :func:`orthogonal_gaussian`); more features, less error.
         chunk: positions per chunk of the causal prefix sums.
         kernel_fn: ``f`` of generalized attention, ``φ(x) = f(ω x) + ε`` (e.g.
@@ -296,6 +315,13 @@ def redraw_performer_features(model: nn.Module, generator: torch.Generator | Non
     """Redraw the random features of every :class:`PerformerAttention` inside ``model`` (for
     instance each ``ak.MultiHeadAttention(attention="performer")`` of a Transformer), as the
     paper's training redraws them; returns how many modules were redrawn.
+
+    Args:
+        model: any module.
+        generator: the random source (``None``: torch's global one).
+
+    Returns:
+        The number of :class:`PerformerAttention` modules redrawn.
 
     Example::
 

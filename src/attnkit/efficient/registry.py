@@ -41,7 +41,16 @@ _EFFICIENT: dict[str, Callable[[], AttentionKind]] = {
 
 def register_efficient_kinds() -> list[str]:
     """Register every efficient kind in the one registry (idempotent: importing
-    ``attnkit.efficient`` does it); returns the names registered now."""
+    ``attnkit.efficient`` does it); returns the names registered now.
+
+    Returns:
+        The names registered by this call (empty when they already were).
+
+    Example::
+
+        >>> register_efficient_kinds()  # importing attnkit.efficient registered them
+        []
+    """
     known = set(kind_names())
     added = [name for name in _EFFICIENT if name not in known]
     for name in added:

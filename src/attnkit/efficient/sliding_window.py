@@ -345,13 +345,24 @@ def sliding_window_attention(
     keys, or in blocks of ``window`` with look-around counts (options:
     :class:`~attnkit.efficient._inputs.KindOptions`).
 
+    Args:
+        q: queries ``[B, H, M, d]`` (or ``[B, M, d]``).
+        k: keys ``[B, H_kv, N, d]``.
+        v: values ``[B, H_kv, N, d_v]``.
+        window: keys each query attends (itself and the ``window - 1`` before it, causal).
+        **options: :class:`~attnkit.efficient._inputs.KindOptions` (``mask``, ``causal``,
+            ``return_weights``, ...).
+
+    Returns:
+        :class:`~attnkit.AttentionOutput` with ``context [B, H, M, d_v]``.
+
     Example::
 
-        >>> q = torch.randn(1, 2, 1000, 16)
+        >>> q = torch.randn(1, 2, 200, 16)
         >>> sliding_window_attention(q, q, q, window=32, causal=True).context.shape
-        torch.Size([1, 2, 1000, 16])
-        >>> sliding_window_attention(q, q, q, window=64, look_backward=1).context.shape
-        torch.Size([1, 2, 1000, 16])
+        torch.Size([1, 2, 200, 16])
+        >>> sliding_window_attention(q, q, q, window=32, look_backward=1).context.shape
+        torch.Size([1, 2, 200, 16])
     """
     kind = SlidingWindowAttention(
         window,

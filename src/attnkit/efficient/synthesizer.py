@@ -58,6 +58,14 @@ class SynthesizerAttention(EfficientKind):
     Called as an attention kind (:class:`~attnkit.efficient._inputs.KindOptions`; any bool
     mask): ``k`` is not used (the scores do not depend on the keys), ``q [B, H, M, d]``,
     ``v [B, H_kv, N, d_v]``; returns ``context`` and, when asked, ``weights [B, H, M, N]``.
+
+    Example::
+
+        >>> kind = SynthesizerAttention("random", max_length=16)
+        >>> mha = ak.MultiHeadAttention(32, 4, batch_first=True, attention=kind)
+        >>> x = torch.randn(2, 10, 32)
+        >>> mha(x, x, x)[0].shape
+        torch.Size([2, 10, 32])
     """
 
     taxonomy = TAXONOMY

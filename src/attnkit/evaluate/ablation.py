@@ -60,7 +60,23 @@ def permuted_weights(weights: Tensor, admissible: Tensor, generator: torch.Gener
 
 
 class Ablation(ModelHook):
-    """Context manager made by :func:`ablate`; the attention hook ``ablation(call, module, run)``."""
+    """Context manager made by :func:`ablate`; the attention hook ``ablation(call, module, run)``.
+
+    Args:
+        model: as in :func:`ablate`.
+        mode: as in :func:`ablate`.
+        modules: as in :func:`ablate`.
+        heads: as in :func:`ablate`.
+        seed: as in :func:`ablate`.
+
+    Example::
+
+        >>> layer = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+        >>> with Ablation(layer, "zero_head", heads=[0]):  # what ablate(...) returns
+        ...     y = layer(torch.randn(2, 5, 16))
+        >>> y.shape
+        torch.Size([2, 5, 16])
+    """
 
     replace_torch_outputs = True  # torch's fused MHA has no weights to replace
     what = "replaced"
@@ -93,7 +109,16 @@ class Ablation(ModelHook):
         return torch.zeros_like(weights)
 
     def __call__(self, call: AttentionCall, module: str | None, run: Run) -> AttentionOutput:
-        """The hook: computes ``call`` with its weights replaced (module docstring)."""
+        """The hook: computes ``call`` with its weights replaced (module docstring).
+
+        Args:
+            call: the engine call, ``q [B, H, M, d_q]`` ...
+            module: the name of the watched module it was made in (``None``: outside a model).
+            run: computes the call (see :mod:`attnkit.core.hooks`).
+
+        Returns:
+            The output with the replaced weights and the context ``c = ã v`` they give.
+        """
         name = "" if module is None else module
         out = run(dataclasses.replace(call, return_weights=True))
         weights = out.weights
@@ -151,9 +176,16 @@ def ablate(
         heads: replace only these heads (default all).
         seed: seeds ``"random"`` and ``"permuted"``.
 
+    Returns:
+        An :class:`Ablation`, the context manager: the weights are replaced inside its block.
+
     Example::
 
-        >>> with ablate(model, "uniform"):
-        ...     ablated = accuracy(model(x).argmax(-1), y)
+        >>> layer = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+        >>> x = torch.randn(2, 5, 16)
+        >>> with ablate(layer, "uniform"):
+        ...     ablated = layer(x)
+        >>> bool((ablated - layer(x)).abs().max() > 0)  # the attention mattered
+        True
     """
     return Ablation(model, mode, modules, heads, seed)

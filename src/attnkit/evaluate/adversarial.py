@@ -32,6 +32,15 @@ class AdversarialAttention:
         jsd: Jensen–Shannon divergence (base e, mean over rows) between ``a`` and ``ã``.
         tvd: total variation distance between the outputs (mean over the batch).
         found: whether a feasible ``ã`` other than ``a`` was found.
+
+    Example::
+
+        >>> layer = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+        >>> x = torch.randn(1, 5, 16)
+        >>> result = adversarial_attention(
+        ...     layer, lambda: layer(x).mean(1)[:, :3].softmax(-1), "self_attn", steps=5)
+        >>> result.weights.shape, result.original.shape
+        (torch.Size([1, 2, 5, 5]), torch.Size([1, 2, 5, 5]))
     """
 
     weights: Tensor
@@ -85,6 +94,18 @@ def adversarial_attention(
         steps, lr: Adam iterations and step size.
         penalty: ``λ``, weight of the constraint violation.
         seed: seeds the random start.
+
+    Returns:
+        An :class:`AdversarialAttention`: ``ã``, ``a``, their JSD and the outputs' TVD.
+
+    Example::
+
+        >>> layer = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+        >>> x = torch.randn(1, 5, 16)
+        >>> result = adversarial_attention(
+        ...     layer, lambda: layer(x).mean(1)[:, :3].softmax(-1), "self_attn", steps=5)
+        >>> result.tvd <= 0.01 or not result.found
+        True
     """
     if epsilon < 0:
         raise ValueError(f"epsilon must be >= 0, got {epsilon}")

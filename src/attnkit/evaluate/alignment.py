@@ -38,6 +38,19 @@ def links_from_weights(weights: Tensor, *, method: str = "argmax", threshold: fl
 
     ``"argmax"``: each target word links to the source word it attends most (one link per row;
     rows of all zeros give none). ``"threshold"``: every weight ``>= threshold``.
+
+    Args:
+        weights: ``[target, source]`` (``[T, S]``).
+        method: ``"argmax"`` or ``"threshold"``.
+        threshold: for ``"threshold"``.
+
+    Returns:
+        A set of ``(source, target)`` pairs.
+
+    Example::
+
+        >>> sorted(links_from_weights(torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])))
+        [(0, 0), (0, 2), (1, 1)]
     """
     if not isinstance(weights, Tensor) or weights.dim() != 2:
         raise ValueError(
@@ -93,6 +106,9 @@ def alignment_error_rate(
         sure: ``S``, in the same forms; a Pharaoh line with ``?`` links gives ``S`` and ``P``.
         possible: ``P`` (``S`` is added to it); default ``P = S``.
 
+    Returns:
+        AER in ``[0, 1]`` (0: perfect).
+
     Example::
 
         >>> alignment_error_rate("0-0 1-1", "0-0 1?1 2-2")   # 1 - (1 + 2) / (2 + 2)
@@ -109,7 +125,21 @@ def corpus_alignment_error_rate(
     sure: Sequence[LinkInput],
     possible: Sequence[LinkInput | None] | None = None,
 ) -> float:
-    """AER of a corpus: the counts summed over sentences before the ratio (as Och & Ney report)."""
+    """AER of a corpus: the counts summed over sentences before the ratio (as Och & Ney report).
+
+    Args:
+        predicted: per sentence, links in any form of :func:`alignment_error_rate`.
+        sure: per sentence, the sure links ``S``.
+        possible: per sentence, the possible links ``P`` (``None``: ``P = S``).
+
+    Returns:
+        AER in ``[0, 1]``.
+
+    Example::
+
+        >>> round(corpus_alignment_error_rate(["0-0 1-1", "0-1"], ["0-0 1-1", "0-0"]), 4)
+        0.3333
+    """
     if len(predicted) != len(sure) or (possible is not None and len(possible) != len(sure)):
         raise ValueError(
             f"need one prediction per gold sentence, got {len(predicted)} predictions, "

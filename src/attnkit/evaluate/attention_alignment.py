@@ -100,6 +100,11 @@ def average_attention(
 
     Returns:
         ``[T, S]``.
+
+    Example::
+
+        >>> average_attention(torch.rand(2, 4, 3, 5), layers=[1], heads=[0, 2]).shape
+        torch.Size([3, 5])
     """
     stacked = _stacked(attention)
     n_layers, n_heads = stacked.shape[:2]
@@ -115,7 +120,19 @@ def average_attention(
 @dataclass(frozen=True)
 class AttentionChoice:
     """A set of layers and heads whose mean attention gives the alignment, and its AER on the
-    sentences it was chosen on. ``heads=None`` means every head."""
+    sentences it was chosen on. ``heads=None`` means every head.
+
+    Attributes:
+        layers: the layer indices averaged.
+        heads: the head indices averaged in each, or ``None`` for all.
+        aer: the corpus AER of this choice on the sentences it was chosen on.
+
+    Example::
+
+        >>> choice = AttentionChoice(layers=(1,), heads=None, aer=0.3)
+        >>> choice.weights(torch.rand(2, 4, 3, 5)).shape  # [L, H, T, S] -> [T, S]
+        torch.Size([3, 5])
+    """
 
     layers: tuple[int, ...]
     heads: tuple[int, ...] | None
@@ -145,6 +162,13 @@ def choose_attention(
 
     Returns:
         ``(best, every candidate)``; apply ``best.weights(attention)`` to held-out sentences.
+
+    Example::
+
+        >>> attentions = [torch.softmax(torch.randn(2, 2, 3, 3), -1) for _ in range(2)]
+        >>> best, candidates = choose_attention(attentions, ["0-0 1-1 2-2", "0-0 1-1 2-2"])
+        >>> len(candidates)  # all, 2 layers, 4 single heads
+        7
     """
     if not attentions:
         raise ValueError("choose_attention needs at least one sentence")

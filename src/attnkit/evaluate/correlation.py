@@ -20,6 +20,11 @@ def rank_correlation(weights: Tensor, human: Tensor, method: str = "spearman") -
 
     Returns:
         float64 correlation per row, ``[...]`` (0-D for one row); NaN for a constant row.
+
+    Example::
+
+        >>> rank_correlation(torch.tensor([0.1, 0.5, 0.4]), torch.tensor([1.0, 3.0, 2.0]))
+        tensor(1., dtype=torch.float64)
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

@@ -32,7 +32,10 @@ def supervised_attention_loss(
 
     Example::
 
-        >>> loss = task_loss + 0.5 * supervised_attention_loss(rec["attn"], gold, "ce")
+        >>> weights = torch.softmax(torch.randn(2, 4), -1)  # e.g. rec["attn"] of a recording
+        >>> gold = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0]])
+        >>> supervised_attention_loss(weights, gold, "ce").shape  # add to the task loss
+        torch.Size([])
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")

@@ -38,9 +38,12 @@ def record_cross_attention(
 
     Example::
 
-        >>> maps = record_cross_attention(model, lambda: model(src, src_len, tgt_in),
-        ...                               ["transformer.decoder.layers.*.multihead_attn"])
-        >>> rows = decoder_step_rows(maps[0], target_length)      # Shift-Att: [L, H, T, S]
+        >>> model = ak.layers.Transformer(16, 2, 1, 2, 32, batch_first=True)
+        >>> src, tgt = torch.randn(2, 7, 16), torch.randn(2, 4, 16)
+        >>> maps = record_cross_attention(model, lambda: model(src, tgt),
+        ...                               ["decoder.layers.*.multihead_attn"])
+        >>> maps.shape  # [B, layers, heads, steps, S]
+        torch.Size([2, 2, 2, 4, 7])
     """
     if isinstance(modules, str) or not modules:
         raise ValueError(f"modules must be a non-empty list of names or patterns, got {modules!r}")

@@ -46,6 +46,12 @@ def attention_flow(
     Returns:
         float64 ``[L, L]`` (``[B, L, L]`` batched): ``[i, j]`` = max flow from output token ``i``
         to input token ``j`` (not normalised; divide by the row sum for shares).
+
+    Example::
+
+        >>> maps = [torch.softmax(torch.randn(2, 5, 5), -1) for _ in range(3)]  # [H, L, L] each
+        >>> attention_flow(maps).shape
+        torch.Size([5, 5])
     """
     fused = layer_maps(maps, head_fusion, residual)
     if fused[0].dim() == 3:

@@ -63,7 +63,11 @@ def gradient_weighted_attention(
 
     Example::
 
-        >>> maps = gradient_weighted_attention(model, lambda: model(x), target=1)
+        >>> layer = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True, dropout=0.0)
+        >>> x = torch.randn(2, 5, 16)
+        >>> maps = gradient_weighted_attention(layer, lambda: layer(x), lambda out: out.sum())
+        >>> maps["self_attn"].shape
+        torch.Size([2, 2, 5, 5])
     """
     with torch.enable_grad(), record(model, modules=modules, grad=True) as rec:
         output = forward()

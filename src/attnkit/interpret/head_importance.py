@@ -34,6 +34,14 @@ def head_importance(
 
     Returns:
         ``{module name: float64 [H]}``: ``I_h = loss(head h masked) - loss()``.
+
+    Example::
+
+        >>> layer = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+        >>> x = torch.randn(2, 5, 16)
+        >>> scores = head_importance(layer, lambda: layer(x).pow(2).mean())
+        >>> {name: tuple(s.shape) for name, s in scores.items()}
+        {'self_attn': (2,)}
     """
     with torch.no_grad():
         with record(model, modules=modules, rows=slice(0, 1)) as rec:

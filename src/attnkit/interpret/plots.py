@@ -88,7 +88,26 @@ def plot_heatmap(
     annotate: bool = False,
 ) -> Figure:
     """A heatmap of one attention map ``[M, N]`` (queries as rows, keys as columns), with token
-    labels; saved as PNG when ``path`` is given. Returns the figure."""
+    labels; saved as PNG when ``path`` is given. Returns the figure.
+
+    Args:
+        weights: ``[M, N]``.
+        x_labels: the ``N`` key tokens.
+        y_labels: the ``M`` query tokens.
+        path: save the figure there as PNG (``None``: do not save).
+        title: above the plot.
+        annotate: write each weight in its cell.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Example::
+
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")
+        >>> figure = plot_heatmap(torch.softmax(torch.randn(2, 3), -1), ["a", "b", "c"], ["x", "y"])
+        >>> type(figure).__name__
+        'Figure'"""
     rows = len(_matrix(weights, "weights"))
     fig = _new_figure(max(3.0, 0.5 * weights.shape[1] + 1.5), max(3.0, 0.4 * rows + 1.5))
     ax = fig.add_subplot()
@@ -108,7 +127,26 @@ def plot_alignment(
     title: str | None = None,
 ) -> Figure:
     """The alignment matrix of a translation: ``weights [target, source]``, target words as rows,
-    source words as columns (on top), each cell's weight written in it, in grey."""
+    source words as columns (on top), each cell's weight written in it, in grey.
+
+    Args:
+        weights: ``[T, S]``.
+        source_tokens: the ``S`` source words.
+        target_tokens: the ``T`` target words.
+        path: save the figure there as PNG (``None``: do not save).
+        title: above the plot.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Example::
+
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")
+        >>> weights = torch.softmax(torch.randn(3, 4), -1)
+        >>> figure = plot_alignment(weights, ["le", "chat", "noir", "."], ["the", "black", "cat"])
+        >>> type(figure).__name__
+        'Figure'"""
     fig = _new_figure(
         max(3.0, 0.8 * len(source_tokens) + 1.5), max(3.0, 0.6 * len(target_tokens) + 1.5)
     )
@@ -135,7 +173,26 @@ def plot_heads(
     title: str | None = None,
 ) -> Figure:
     """A grid with one heatmap per head of ``weights [H, M, N]`` (``[1, H, M, N]`` accepted):
-    ``tokens`` label the keys, ``query_tokens`` the queries (default ``tokens`` when M == N)."""
+    ``tokens`` label the keys, ``query_tokens`` the queries (default ``tokens`` when M == N).
+
+    Args:
+        weights: ``[H, M, N]`` (or ``[1, H, M, N]``).
+        tokens: the ``N`` key tokens.
+        path: save the figure there as PNG (``None``: do not save).
+        query_tokens: the ``M`` query tokens.
+        columns: heatmaps per row of the grid.
+        title: above the grid.
+
+    Returns:
+        The matplotlib ``Figure``.
+
+    Example::
+
+        >>> import matplotlib
+        >>> matplotlib.use("Agg")
+        >>> figure = plot_heads(torch.softmax(torch.randn(4, 3, 3), -1), ["a", "b", "c"])
+        >>> type(figure).__name__
+        'Figure'"""
     if weights.dim() == 4 and weights.shape[0] == 1:
         weights = weights[0]
     if weights.dim() != 3:

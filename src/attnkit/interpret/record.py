@@ -39,6 +39,22 @@ class AttentionRecorder(ModelHook):
         weights: ``{module name: [one tensor per call, in call order]}``; names are those of
             ``model.named_modules()`` (``""`` is the model itself). A module called several times
             (decoding steps, hops) has one entry per call.
+
+    Args:
+        model: as in :func:`record`.
+        modules: as in :func:`record`.
+        heads: as in :func:`record`.
+        rows: as in :func:`record`.
+        grad: as in :func:`record`.
+        device: as in :func:`record`.
+
+    Example::
+
+        >>> layer = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        >>> with AttentionRecorder(layer) as rec:  # what record(layer) returns
+        ...     _ = layer(torch.randn(2, 5, 16))
+        >>> list(rec.weights), rec["self_attn"].shape
+        (['self_attn'], torch.Size([2, 2, 5, 5]))
     """
 
     def __init__(
@@ -109,7 +125,16 @@ class AttentionRecorder(ModelHook):
         self.weights.setdefault(name, []).append(w)
 
     def __call__(self, call: AttentionCall, module: str | None, run: Run) -> AttentionOutput:
-        """The hook: computes ``call`` (made inside module ``module``), keeping its weights."""
+        """The hook: computes ``call`` (made inside module ``module``), keeping its weights.
+
+        Args:
+            call: the engine call, ``q [B, H, M, d_q]`` ...
+            module: the name of the watched module it was made in (``None``: outside a model).
+            run: computes the call (see :mod:`attnkit.core.hooks`).
+
+        Returns:
+            The call's output, as without the recorder.
+        """
         name = "" if module is None else module
         if self.grad:
             # the materialised formula computes the context from these very weights, so a
@@ -185,6 +210,7 @@ def record(
     Example::
 
         >>> mha = ak.MultiHeadAttention(16, 4, batch_first=True)
+        >>> x = torch.randn(2, 5, 16)
         >>> with record(mha) as rec:
         ...     out, _ = mha(x, x, x, need_weights=False)
         >>> rec[""].shape  # the model itself is named ""

@@ -22,7 +22,19 @@ HEAD_FUSIONS = ("mean", "max", "min")
 
 def fuse_heads(weights: Tensor, head_fusion: str = "mean") -> Tensor:
     """One map from the heads of a layer: ``[B, H, L, L]`` or ``[H, L, L]`` → ``[B, L, L]`` /
-    ``[L, L]`` (a ``[L, L]`` map is returned as is). Abnar & Zuidema average the heads."""
+    ``[L, L]`` (a ``[L, L]`` map is returned as is). Abnar & Zuidema average the heads.
+
+    Args:
+        weights: ``[B, H, L, L]``, ``[H, L, L]`` or ``[L, L]``.
+        head_fusion: ``"mean"``, ``"max"`` or ``"min"`` over the heads.
+
+    Returns:
+        ``[B, L, L]`` or ``[L, L]``.
+
+    Example::
+
+        >>> fuse_heads(torch.softmax(torch.randn(2, 5, 5), -1)).shape  # [H, L, L] -> [L, L]
+        torch.Size([5, 5])"""
     if head_fusion not in HEAD_FUSIONS:
         raise ValueError(f"head_fusion must be one of {HEAD_FUSIONS}, got {head_fusion!r}")
     if weights.dim() == 2:
@@ -37,7 +49,21 @@ def fuse_heads(weights: Tensor, head_fusion: str = "mean") -> Tensor:
 
 
 def residual_attention(weights: Tensor, residual: float = 0.5) -> Tensor:
-    """``normalise_rows((1 - residual) · A + residual · I)`` for square maps ``[..., L, L]``."""
+    """``normalise_rows((1 - residual) · A + residual · I)`` for square maps ``[..., L, L]``.
+
+    Args:
+        weights: attention maps ``[..., L, L]``.
+        residual: the identity's weight (the residual connection's share).
+
+    Returns:
+        ``[..., L, L]``, rows summing to 1.
+
+    Example::
+
+        >>> residual_attention(torch.full((2, 2), 0.5))
+        tensor([[0.7500, 0.2500],
+                [0.2500, 0.7500]])
+    """
     if weights.shape[-1] != weights.shape[-2]:
         raise ValueError(
             f"rollout needs self-attention maps [..., L, L], got {tuple(weights.shape)}"

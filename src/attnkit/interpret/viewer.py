@@ -44,6 +44,12 @@ class AttentionMap:
         columns: the ``C`` key / source tokens; ``None`` means self-attention (``columns = rows``).
         rollout: offer the rollout view; ``None`` decides by itself: a self-attention map
             (square, same labels on both axes) with at least two layers.
+
+    Example::
+
+        >>> weights = torch.softmax(torch.randn(2, 3, 3), -1)  # [heads, R, C]
+        >>> AttentionMap("encoder self-attention", weights, ["the", "black", "cat"]).name
+        'encoder self-attention'
     """
 
     name: str
@@ -117,8 +123,21 @@ def write_viewer(
     (``os.replace``), so a reader — or a browser reloading the page — never sees half a file and
     an interrupted run leaves the previous page intact.
 
+    Args:
+        path: the HTML file to write.
+        maps: the maps, as for :func:`render_viewer`.
+        **kwargs: the other arguments of :func:`render_viewer`.
+
     Returns:
         the path written.
+
+    Example::
+
+        >>> import tempfile, pathlib
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> maps = [AttentionMap("self", torch.softmax(torch.randn(2, 3, 3), -1), ["a", "b", "c"])]
+        >>> write_viewer(folder / "attention.html", maps).name
+        'attention.html'
     """
     path = Path(path)
     page = render_viewer(maps, **kwargs)  # render first: bad input must not touch the disk

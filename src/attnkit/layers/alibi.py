@@ -21,7 +21,20 @@ from attnkit.core.masks import ScoreMod
 
 
 def alibi_slopes(num_heads: int) -> list[float]:
-    """The per-head slopes ``m_h`` of Press et al. (2022), §3."""
+    """The per-head slopes ``m_h`` of Press et al. (2022), §3.
+
+    Args:
+        num_heads: ``H``.
+
+    Returns:
+        ``H`` slopes: the geometric sequence ``2^{-8/H}, 2^{-16/H}, …`` (interleaved from the
+        next power of two when ``H`` is not one).
+
+    Example::
+
+        >>> alibi_slopes(4)
+        [0.25, 0.0625, 0.015625, 0.00390625]
+    """
     if num_heads <= 0:
         raise ValueError(f"num_heads must be > 0, got {num_heads}")
 

@@ -130,6 +130,16 @@ def self_attend(
 
     Returns:
         ``[N, L, E]`` (``[L, N, E]``) like ``x``.
+
+    Example::
+
+        >>> mha = ak.MultiHeadAttention(16, 2, batch_first=True).eval()
+        >>> cache = ak.layers.KVCache(capacity=8)
+        >>> with torch.no_grad():
+        ...     prompt = self_attend(mha, torch.randn(2, 3, 16), cache=cache)
+        ...     step = self_attend(mha, torch.randn(2, 1, 16), cache=cache)  # sees all 4 tokens
+        >>> prompt.shape, step.shape
+        (torch.Size([2, 3, 16]), torch.Size([2, 1, 16]))
     """
     if rotary is None and position_bias is None and cache is None:
         out, _ = mha(
@@ -209,7 +219,24 @@ def cross_attend(
     """Cross-attention of ``x`` to the encoder's ``memory`` (survey: a basic query, §3.3.1);
     with ``cache`` the memory's keys/values are projected on the first call only.
 
-    Shapes in ``mha``'s layout: ``x [N, L, E]``, ``memory [N, S, E]`` (or ``[L, N, E]``, ...).
+    Args:
+        mha: the projections, score and alignment.
+        x: the queries' source ``[N, L, E]`` if ``mha.batch_first`` else ``[L, N, E]``.
+        memory: ``[N, S, E]`` (``[S, N, E]``).
+        attn_mask: torch's ``[L, S]`` mask (bool ``True`` = NOT allowed, or float added); not
+            with ``cache``.
+        key_padding_mask: ``[N, S]``, True at the memory's padding.
+        is_causal: a hint that ``attn_mask`` is causal (torch's).
+        cache: keeps the memory's keys and values between decoding steps.
+
+    Returns:
+        ``[N, L, E]`` (``[L, N, E]``) like ``x``.
+
+    Example::
+
+        >>> mha = ak.MultiHeadAttention(16, 2, batch_first=True)
+        >>> cross_attend(mha, torch.randn(2, 3, 16), torch.randn(2, 7, 16)).shape
+        torch.Size([2, 3, 16])
     """
     if cache is None:
         out, _ = mha(
@@ -252,6 +279,20 @@ def exact_kinds(model: nn.Module) -> Iterator[list[str]]:
     engine's calls, and efficient kinds make none, so without this block it would leave them
     untouched and report the model itself. Uniform weights over the admissible keys (the masks'
     keys, not a kind's window) are the same whichever attention they replace.
+
+    Args:
+        model: any module; its :class:`MultiHeadAttention` submodules with a kind are switched.
+
+    Yields:
+        The names (in ``model.named_modules()``) of the modules switched.
+
+    Example::
+
+        >>> model = ak.layers.TransformerEncoderLayer(16, 2, 32, batch_first=True, attention="linear")
+        >>> with exact_kinds(model) as switched:
+        ...     y = model(torch.randn(2, 5, 16))
+        >>> switched
+        ['self_attn']
     """
     switched = [
         (name, module)

@@ -183,8 +183,16 @@ class CrossAttentionCache:
     """The cross-attention keys/values of one decoder layer: projected from the encoder's memory
     once, on the first decoding step, then reused (they do not depend on the target).
 
-    Attributes: ``k [B, G, S, d_k]``, ``v [B, G, S, d_v]``, ``allowed [B, 1, 1, S]`` bool
-    (``True`` = a real memory position) or ``None``.
+    Attributes:
+        k: the memory's keys ``[B, G, S, d_k]``; ``None`` before the first step.
+        v: the memory's values ``[B, G, S, d_v]``; ``None`` before the first step.
+        allowed: bool ``[B, 1, 1, S]`` (``True`` = a real memory position), or ``None``.
+
+    Example::
+
+        >>> cache = CrossAttentionCache()  # filled by the decoder layer's first step
+        >>> cache.k is None
+        True
     """
 
     k: Tensor | None = None
@@ -201,17 +209,48 @@ class CrossAttentionCache:
 
 @dataclass
 class DecoderLayerCache:
-    """What one ``TransformerDecoderLayer`` keeps between decoding steps."""
+    """What one ``TransformerDecoderLayer`` keeps between decoding steps.
+
+    Attributes:
+        self_attn: the self-attention's keys and values.
+        cross_attn: the memory's projected keys and values.
+
+    Example::
+
+        >>> layer = ak.layers.TransformerDecoderLayer(16, 2, 32, batch_first=True).eval()
+        >>> cache = DecoderLayerCache(KVCache(capacity=8), CrossAttentionCache())
+        >>> memory = torch.randn(2, 6, 16)
+        >>> with torch.no_grad():
+        ...     for step in range(3):  # one target token at a time
+        ...         y = layer(torch.randn(2, 1, 16), memory, cache=cache)
+        >>> y.shape, cache.self_attn.size
+        (torch.Size([2, 1, 16]), 3)
+    """
 
     self_attn: KVCache
     cross_attn: CrossAttentionCache
 
     def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (beam search) in both caches."""
         self.self_attn.reorder(index)
         self.cross_attn.reorder(index)
 
 
 def reorder_caches(caches: list[KVCache] | list[DecoderLayerCache], index: Tensor) -> None:
-    """Reorder every layer's cache along the batch (see :meth:`KVCache.reorder`)."""
+    """Reorder every layer's cache along the batch (see :meth:`KVCache.reorder`).
+
+    Args:
+        caches: one cache per layer.
+        index: int ``[B']``, the batch rows to keep, in their new order (beam search).
+
+    Example::
+
+        >>> caches = [KVCache(capacity=4) for _ in range(2)]
+        >>> for cache in caches:
+        ...     _ = cache.append(torch.randn(3, 1, 2, 8), torch.randn(3, 1, 2, 8))
+        >>> reorder_caches(caches, torch.tensor([2, 2, 0]))
+        >>> caches[0].k.shape  # [B, G, C, d]: rows 2, 2, 0 of the batch
+        torch.Size([3, 1, 4, 8])
+    """
     for cache in caches:
         cache.reorder(index)

@@ -40,6 +40,11 @@ class SinusoidalPositionalEncoding(nn.Module):
         dropout: dropout on the sum (the paper's P_drop).
 
     Shapes: ``x [N, L, E]``, ``positions [N, L]`` (default ``0 … L-1``) → ``[N, L, E]``.
+
+    Example::
+
+        >>> SinusoidalPositionalEncoding(16)(torch.zeros(2, 5, 16)).shape
+        torch.Size([2, 5, 16])
     """
 
     pe: Tensor
@@ -59,6 +64,15 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Add the encodings of ``positions`` to ``x``.
+
+        Args:
+            x: ``[N, L, E]``.
+            positions: int ``[N, L]`` in ``[0, max_len)``; ``None``: ``0 … L-1`` in every row.
+
+        Returns:
+            ``Drop(x + PE(positions))``, ``[N, L, E]``.
+        """
         positions = _positions(x, positions, self.max_len)
         return self.dropout(x + self.pe.to(x.dtype)[positions])
 
@@ -66,7 +80,17 @@ class SinusoidalPositionalEncoding(nn.Module):
 class LearnedPositionalEmbedding(nn.Module):
     """``x + P[positions]`` with a trained table ``P [max_len, E]`` (``embedding``).
 
+    Args:
+        d_model: ``E``.
+        max_len: rows of the table: positions ``0 … max_len - 1``.
+        dropout: dropout on the sum.
+
     Shapes: ``x [N, L, E]``, ``positions [N, L]`` (default ``0 … L-1``) → ``[N, L, E]``.
+
+    Example::
+
+        >>> LearnedPositionalEmbedding(16, max_len=32)(torch.zeros(2, 5, 16)).shape
+        torch.Size([2, 5, 16])
     """
 
     def __init__(self, d_model: int, max_len: int = 4096, dropout: float = 0.0) -> None:
@@ -76,5 +100,14 @@ class LearnedPositionalEmbedding(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Add the learned embeddings of ``positions`` to ``x``.
+
+        Args:
+            x: ``[N, L, E]``.
+            positions: int ``[N, L]`` in ``[0, max_len)``; ``None``: ``0 … L-1`` in every row.
+
+        Returns:
+            ``Drop(x + P[positions])``, ``[N, L, E]``.
+        """
         positions = _positions(x, positions, self.max_len)
         return self.dropout(x + self.embedding(positions))

@@ -25,7 +25,22 @@ from attnkit.core.masks import ScoreMod
 def relative_position_bucket(
     relative_position: Tensor, bidirectional: bool, num_buckets: int, max_distance: int
 ) -> Tensor:
-    """T5's bucket of each relative position ``j − i`` (integer tensor → long tensor)."""
+    """T5's bucket of each relative position ``j − i`` (integer tensor → long tensor).
+
+    Args:
+        relative_position: ``j − i``, an integer tensor of any shape.
+        bidirectional: separate buckets for the future (encoder); else the future is bucket 0.
+        num_buckets: buckets in all: half exact small distances, half log-spaced larger ones.
+        max_distance: distances from here on share the last bucket.
+
+    Returns:
+        The buckets, the shape of ``relative_position``, in ``[0, num_buckets)``.
+
+    Example::
+
+        >>> relative_position_bucket(torch.tensor([-3, -1, 0, 1, 3]), True, 8, 16)
+        tensor([2, 1, 0, 5, 6])
+    """
     buckets = torch.zeros_like(relative_position)
     if bidirectional:
         num_buckets //= 2
@@ -58,6 +73,14 @@ class RelativePositionBias(nn.Module):
         bidirectional: encoder-style (past and future) or decoder-style (past only) buckets.
 
     Parameters: ``relative_attention_bias``, an ``nn.Embedding(num_buckets, H)`` (T5's name).
+
+    Example::
+
+        >>> bias = RelativePositionBias(num_heads=4)
+        >>> pos = torch.arange(5).expand(2, 5)
+        >>> q = k = v = torch.randn(2, 4, 5, 8)
+        >>> ak.attention(q, k, v, score_mod=bias.score_mod(pos, pos)).context.shape
+        torch.Size([2, 4, 5, 8])
     """
 
     def __init__(

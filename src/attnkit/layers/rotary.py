@@ -46,6 +46,15 @@ class RotaryEmbedding(nn.Module):
         self.taxonomy: dict[str, str] = {}
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate each feature pair ``(x_{2i}, x_{2i+1})`` of ``x`` by ``position · θ_i``.
+
+        Args:
+            x: queries or keys ``[N, H, L, d]``.
+            positions: integers ``[N, L]`` (or ``[1, L]`` for every row).
+
+        Returns:
+            The rotated ``x``, ``[N, H, L, d]``.
+        """
         if x.dim() != 4 or x.shape[-1] != self.dim:
             raise ValueError(f"x must be [N, H, L, {self.dim}], got {tuple(x.shape)}")
         if positions.shape != (x.shape[0], x.shape[2]) and positions.shape != (1, x.shape[2]):

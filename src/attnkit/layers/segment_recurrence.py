@@ -72,6 +72,11 @@ def relative_sinusoids(distances: Tensor, d_model: int, dtype: torch.dtype) -> T
 
     Returns:
         ``[..., E]``.
+
+    Example::
+
+        >>> relative_sinusoids(torch.tensor([0, 1, -1]), 4, torch.float32)[0]  # sin 0, cos 0, ...
+        tensor([0., 1., 0., 1.])
     """
     if d_model <= 0 or d_model % 2:
         raise ValueError(f"d_model must be a positive even number, got {d_model}")
@@ -95,6 +100,12 @@ def update_memory(memory: Tensor | None, hidden: Tensor, mem_len: int) -> Tensor
     Returns:
         ``[B, min(M + L, mem_len), E]``, detached from the graph (the paper's stop-gradient:
         the next segment's loss must not reach this segment).
+
+    Example::
+
+        >>> memory = update_memory(None, torch.randn(2, 5, 16), mem_len=8)
+        >>> update_memory(memory, torch.randn(2, 5, 16), mem_len=8).shape  # the 8 most recent
+        torch.Size([2, 8, 16])
     """
     if mem_len < 0:
         raise ValueError(f"mem_len must be >= 0, got {mem_len}")
@@ -287,9 +298,16 @@ class RecurrentTransformerLayer(nn.Module):
             :class:`~attnkit.layers.TransformerEncoderLayer` (parameter names ``linear1``,
             ``linear2``, ``norm1``, ``norm2`` too); ``self_attn`` is a
             :class:`RelativeMultiHeadAttention` with attention dropout ``dropout``.
+        device, dtype: keyword-only: of the parameters.
 
     Shapes: ``x [B, L, E]``, ``memory [B, M, E]`` (this layer's inputs of earlier segments) →
     ``[B, L, E]``. Always batch-first and causal (a language-model layer).
+
+    Example::
+
+        >>> layer = RecurrentTransformerLayer(16, 2, 32)
+        >>> layer(torch.randn(2, 5, 16), memory=torch.randn(2, 3, 16)).shape
+        torch.Size([2, 5, 16])
     """
 
     def __init__(
@@ -319,6 +337,15 @@ class RecurrentTransformerLayer(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
     def forward(self, x: Tensor, memory: Tensor | None = None) -> Tensor:
+        """One segment through the layer, attending its memory of earlier segments.
+
+        Args:
+            x: this segment ``[B, L, E]``.
+            memory: this layer's inputs of earlier segments ``[B, M, E]`` (``None``: none).
+
+        Returns:
+            ``h [B, L, E]``.
+        """
         memory = _check_memory(x, memory)
         if self.norm_first:
             # The memory holds the layer's raw inputs, so it is normalised like x is.
@@ -343,6 +370,7 @@ class TransformerXL(nn.Module):
         d_model, nhead, num_layers, dim_feedforward, dropout: the layers' sizes.
         mem_len: states of earlier segments kept per layer (0: no recurrence).
         activation, norm_first: of every layer (pre-norm adds a final LayerNorm).
+        device, dtype: of the parameters.
 
     Example::
 

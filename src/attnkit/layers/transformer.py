@@ -56,6 +56,19 @@ class TransformerEncoder(nn.Module):
 
     ``enable_nested_tensor`` and ``mask_check`` are accepted for torch's signature and ignored:
     padded positions are computed like any other (torch's nested fast path returns zeros there).
+
+    Args:
+        encoder_layer: the layer copied ``num_layers`` times (each copy its own parameters).
+        num_layers: the number of layers.
+        norm: applied to the last layer's output (``None``: none).
+        enable_nested_tensor: torch's; ignored.
+        mask_check: torch's; ignored.
+
+    Example::
+
+        >>> layer = TransformerEncoderLayer(32, 4, 64, batch_first=True)
+        >>> TransformerEncoder(layer, num_layers=2)(torch.randn(2, 7, 32)).shape
+        torch.Size([2, 7, 32])
     """
 
     def __init__(
@@ -87,7 +100,19 @@ class TransformerEncoder(nn.Module):
     ) -> Tensor:
         """torch's forward (``caches``, ``lengths``: see :class:`TransformerEncoderLayer`). A
         nested ``src`` (strided or jagged, no masks) is padded once for all layers and the
-        output is nested like it, as torch's stack returns for nested input."""
+        output is nested like it, as torch's stack returns for nested input.
+
+        Args:
+            src: ``[L, N, E]`` (``[N, L, E]`` with ``batch_first``, ``[L, E]`` unbatched).
+            mask: ``[L, L]`` or ``[N·H, L, L]``, bool (True = may *not* attend) or float.
+            src_key_padding_mask: ``[N, L]``, True at padding.
+            is_causal: a hint that ``mask`` is the causal mask.
+            caches: one :class:`~attnkit.layers.KVCache` per layer (:meth:`new_caches`).
+            lengths: ``[N]``, the real tokens of each row (with ``caches``).
+
+        Returns:
+            The last layer's output (after ``norm``), the shape of ``src``.
+        """
         if src.is_nested:
             if mask is not None or src_key_padding_mask is not None or caches is not None:
                 raise ValueError("a nested src takes no mask, src_key_padding_mask or caches")
@@ -103,7 +128,20 @@ class TransformerEncoder(nn.Module):
 
 
 class TransformerDecoder(nn.Module):
-    """``num_layers`` copies of a decoder layer and an optional final norm (torch's)."""
+    """``num_layers`` copies of a decoder layer and an optional final norm (torch's).
+
+    Args:
+        decoder_layer: the layer copied ``num_layers`` times (each copy its own parameters).
+        num_layers: the number of layers.
+        norm: applied to the last layer's output (``None``: none).
+
+    Example::
+
+        >>> layer = TransformerDecoderLayer(32, 4, 64, batch_first=True)
+        >>> decoder = TransformerDecoder(layer, num_layers=2)
+        >>> decoder(torch.randn(2, 5, 32), torch.randn(2, 7, 32)).shape
+        torch.Size([2, 5, 32])
+    """
 
     def __init__(
         self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: nn.Module | None = None
@@ -137,7 +175,26 @@ class TransformerDecoder(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """torch's forward; with ``need_weights`` it returns ``(output, weights)``: the last
         layer's cross-attention weights per head ``[N, H, L, S]`` (the alignment a translation
-        model reads), before dropout."""
+        model reads), before dropout.
+
+        Args:
+            tgt: ``[T, N, E]`` (``[N, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
+            memory: the encoder's output ``[S, N, E]`` (``[N, S, E]`` with ``batch_first``).
+            tgt_mask: ``[T, T]`` or ``[N·H, T, T]``, bool (True = may *not* attend) or float.
+            memory_mask: ``[T, S]`` or ``[N·H, T, S]``, bool or float.
+            tgt_key_padding_mask: ``[N, T]``, True at padding.
+            memory_key_padding_mask: ``[N, S]``, True at padding.
+            tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
+            memory_is_causal: a hint that ``memory_mask`` is the causal mask.
+            caches: one :class:`~attnkit.layers.DecoderLayerCache` per layer
+                (:meth:`new_caches`); ``tgt`` then holds the next target tokens.
+            lengths: ``[N]``, the real target tokens of each row (with ``caches``).
+            need_weights: also return the last layer's cross-attention weights.
+
+        Returns:
+            The output (after ``norm``), the shape of ``tgt``; with ``need_weights``,
+            ``(output, weights [N, H, T, S])``.
+        """
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"need one cache per layer ({len(self.layers)}), got {len(caches)}")
         if need_weights and not self.layers:
@@ -178,6 +235,34 @@ class Transformer(nn.Module):
     at construction start equal in every layer; a name, or a kind whose parameters need the head
     sizes, draws nothing before it is bound). :meth:`encode` and :meth:`decode` split
     :meth:`forward` for generation (``decode(..., caches=self.decoder.new_caches(C))``).
+
+    Args:
+        d_model: ``E``, the size of the embeddings.
+        nhead: ``H``, heads per attention.
+        num_encoder_layers: layers of the encoder stack.
+        num_decoder_layers: layers of the decoder stack.
+        dim_feedforward: the feed-forward blocks' hidden size.
+        dropout: as in :class:`TransformerEncoderLayer`.
+        activation: of the feed-forward blocks: ``"relu"``, ``"gelu"`` or a callable.
+        custom_encoder: replaces the encoder stack.
+        custom_decoder: replaces the decoder stack.
+        layer_norm_eps: of the layer norms.
+        batch_first: inputs and outputs ``[N, L, E]`` instead of ``[L, N, E]``.
+        norm_first: pre-norm layers.
+        bias: the linear layers and layer norms learn biases.
+        device: of the parameters.
+        dtype: of the parameters.
+        decoder_attention: keyword-only: the decoder self-attention's kind, replacing
+            ``attention`` there.
+        **layer_options: the keyword-only arguments of :class:`TransformerEncoderLayer`
+            (``attention``, ``score``, ``align``, ``num_kv_heads``, ``rotary``, ``position_bias``)
+            and ``cross_attention`` of :class:`TransformerDecoderLayer`, for every layer.
+
+    Example::
+
+        >>> model = Transformer(32, 4, 2, 2, 64, batch_first=True)
+        >>> model(torch.randn(2, 7, 32), torch.randn(2, 5, 32)).shape
+        torch.Size([2, 5, 32])
     """
 
     def __init__(
@@ -306,6 +391,26 @@ class Transformer(nn.Module):
         tgt_is_causal: bool | None = None,
         memory_is_causal: bool = False,
     ) -> Tensor:
+        """torch's forward: encode ``src``, decode ``tgt`` against its memory.
+
+        Args:
+            src: ``[S, N, E]`` (``[N, S, E]`` with ``batch_first``, ``[S, E]`` unbatched).
+            tgt: ``[T, N, E]`` (``[N, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
+            src_mask: the encoder's self-attention mask ``[S, S]``, bool (True = may *not*
+                attend) or float.
+            tgt_mask: the decoder's self-attention mask ``[T, T]`` (causal:
+                :meth:`generate_square_subsequent_mask`).
+            memory_mask: the cross-attention mask ``[T, S]``.
+            src_key_padding_mask: ``[N, S]``, True at padding.
+            tgt_key_padding_mask: ``[N, T]``, True at padding.
+            memory_key_padding_mask: ``[N, S]``, True at padding.
+            src_is_causal: a hint that ``src_mask`` is the causal mask.
+            tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
+            memory_is_causal: a hint that ``memory_mask`` is the causal mask.
+
+        Returns:
+            The decoder's output, the shape of ``tgt``.
+        """
         batch_dim = 0 if self.batch_first else 1
         if src.dim() == 3 and tgt.dim() == 3 and src.shape[batch_dim] != tgt.shape[batch_dim]:
             raise ValueError(

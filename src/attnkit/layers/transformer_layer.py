@@ -276,17 +276,28 @@ class _LayerBase(nn.Module):
 class TransformerEncoderLayer(_LayerBase):
     """Self-attention and a feed-forward block (torch's ``TransformerEncoderLayer``).
 
-    Args (torch's): d_model, nhead, dim_feedforward, dropout, activation (``"relu"``,
-        ``"gelu"`` or a callable), layer_norm_eps, batch_first, norm_first (pre-norm), bias,
-        device, dtype.
-    Keyword-only (attnkit's):
-        attention: an attention-kind name (``"exact"`` or one of :func:`attnkit.core.kinds.
-            kind_names`), a configured kind object (``SlidingWindowAttention(window=512)``,
-            owned by this layer's attention: give each layer its own), or a ready
-            :class:`attnkit.MultiHeadAttention` (``embed_dim == d_model`` and
-            ``batch_first=True``; the layer's own ``batch_first`` sets its inputs' layout).
-            Kinds other than ``"exact"`` run without attention-weight dropout.
-        score, align: any score / alignment name or object, given to ``MultiHeadAttention``.
+    torch's arguments, in torch's order and with its defaults, then attnkit's keyword-only ones.
+
+    Args:
+        d_model: ``E``, the size of the inputs and outputs.
+        nhead: ``H``, the number of heads (``E`` divisible by ``H``).
+        dim_feedforward: the feed-forward block's hidden size.
+        dropout: on the attention weights, after each block and inside the feed-forward block.
+        activation: of the feed-forward block: ``"relu"``, ``"gelu"`` or a callable.
+        layer_norm_eps: of the layer norms.
+        batch_first: inputs and outputs ``[N, L, E]`` instead of ``[L, N, E]``.
+        norm_first: pre-norm (``x + Block(Norm(x))``) instead of post-norm.
+        bias: the linear layers and layer norms learn biases.
+        device: of the parameters.
+        dtype: of the parameters.
+        attention: keyword-only, as all below (attnkit's): an attention-kind name (``"exact"``
+            or one of :func:`attnkit.core.kinds.kind_names`), a configured kind object
+            (``SlidingWindowAttention(window=512)``, owned by this layer's attention: give each
+            layer its own), or a ready :class:`attnkit.MultiHeadAttention` (``embed_dim ==
+            d_model`` and ``batch_first=True``; the layer's own ``batch_first`` sets its inputs'
+            layout). Kinds other than ``"exact"`` run without attention-weight dropout.
+        score: any score name or object (or one per head), given to ``MultiHeadAttention``.
+        align: any alignment name or object, given to ``MultiHeadAttention``.
         num_kv_heads: grouped-query attention (``None``: one per query head).
         rotary: rotates queries and keys by position (:class:`~attnkit.layers.RotaryEmbedding`).
         position_bias: a score_mod position bias (:class:`~attnkit.layers.ALiBi`,
@@ -357,7 +368,20 @@ class TransformerEncoderLayer(_LayerBase):
         and attends them and every cached one causally (``lengths [N]``: real tokens per row).
 
         ``src`` may be a nested tensor (strided or jagged, ``batch_first``; no masks): the
-        output is nested like it (see :mod:`attnkit.mechanisms.nested`)."""
+        output is nested like it (see :mod:`attnkit.mechanisms.nested`).
+
+        Args:
+            src: ``[L, N, E]`` (``[N, L, E]`` with ``batch_first``, ``[L, E]`` unbatched).
+            src_mask: ``[L, L]`` or ``[N·H, L, L]``, bool (True = may *not* attend, torch's
+                convention) or float (added to the scores).
+            src_key_padding_mask: ``[N, L]``, True (or ``-inf``) at padding.
+            is_causal: a hint that ``src_mask`` is the causal mask (or, with no mask, causal).
+            cache: a :class:`~attnkit.layers.KVCache` for incremental decoding.
+            lengths: ``[N]``, the real tokens of each row (with ``cache``).
+
+        Returns:
+            The layer's output, the shape of ``src``.
+        """
         if src.is_nested:
             if src_mask is not None or src_key_padding_mask is not None or cache is not None:
                 raise ValueError("a nested src takes no src_mask, src_key_padding_mask or cache")
@@ -392,6 +416,38 @@ class TransformerDecoderLayer(_LayerBase):
     ``cross_attention`` (kind name or module) for ``multihead_attn``, whose queries are
     "Basic" (they come from the decoder's state, §3.3.1). Positions (rotary, position bias)
     apply to the self-attention only.
+
+    Args:
+        d_model: ``E``, the size of the inputs and outputs.
+        nhead: ``H``, the number of heads (``E`` divisible by ``H``).
+        dim_feedforward: the feed-forward block's hidden size.
+        dropout: on the attention weights, after each block and inside the feed-forward block.
+        activation: of the feed-forward block: ``"relu"``, ``"gelu"`` or a callable.
+        layer_norm_eps: of the layer norms.
+        batch_first: inputs and outputs ``[N, L, E]`` instead of ``[L, N, E]``.
+        norm_first: pre-norm (``x + Block(Norm(x))``) instead of post-norm.
+        bias: the linear layers and layer norms learn biases.
+        device: of the parameters.
+        dtype: of the parameters.
+        attention: keyword-only, as all below (attnkit's): an attention-kind name (``"exact"``
+            or one of :func:`attnkit.core.kinds.kind_names`), a configured kind object
+            (``SlidingWindowAttention(window=512)``, owned by this layer's attention: give each
+            layer its own), or a ready :class:`attnkit.MultiHeadAttention` (``embed_dim ==
+            d_model`` and ``batch_first=True``; the layer's own ``batch_first`` sets its inputs'
+            layout). Kinds other than ``"exact"`` run without attention-weight dropout.
+        cross_attention: as ``attention``, for the cross-attention to the memory.
+        score: any score name or object (or one per head), given to ``MultiHeadAttention``.
+        align: any alignment name or object, given to ``MultiHeadAttention``.
+        num_kv_heads: grouped-query attention (``None``: one per query head).
+        rotary: rotates queries and keys by position (:class:`~attnkit.layers.RotaryEmbedding`).
+        position_bias: a score_mod position bias (:class:`~attnkit.layers.ALiBi`,
+            :class:`~attnkit.layers.RelativePositionBias`).
+
+    Example::
+
+        >>> layer = TransformerDecoderLayer(32, 4, 64, batch_first=True)
+        >>> layer(torch.randn(2, 5, 32), torch.randn(2, 7, 32)).shape
+        torch.Size([2, 5, 32])
     """
 
     def __init__(
@@ -506,7 +562,25 @@ class TransformerDecoderLayer(_LayerBase):
         weights per head ``[N, H, L, S]``, before dropout.
 
         ``tgt`` and ``memory`` may be nested tensors (``batch_first``; no masks, no cache): the
-        output is nested like ``tgt``."""
+        output is nested like ``tgt``.
+
+        Args:
+            tgt: ``[T, N, E]`` (``[N, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
+            memory: the encoder's output ``[S, N, E]`` (``[N, S, E]`` with ``batch_first``).
+            tgt_mask: ``[T, T]`` or ``[N·H, T, T]``, bool (True = may *not* attend) or float.
+            memory_mask: ``[T, S]`` or ``[N·H, T, S]``, bool or float.
+            tgt_key_padding_mask: ``[N, T]``, True at padding.
+            memory_key_padding_mask: ``[N, S]``, True at padding.
+            tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
+            memory_is_causal: a hint that ``memory_mask`` is the causal mask.
+            cache: a :class:`~attnkit.layers.DecoderLayerCache` for incremental decoding.
+            lengths: ``[N]``, the real target tokens of each row (with ``cache``).
+            need_weights: also return the cross-attention weights.
+
+        Returns:
+            The output, the shape of ``tgt``; with ``need_weights``, ``(output, weights)`` with
+            the cross-attention weights ``[N, H, T, S]`` before dropout.
+        """
         if tgt.is_nested or memory.is_nested:
             masks = (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask)
             if any(m is not None for m in masks) or cache is not None or need_weights:

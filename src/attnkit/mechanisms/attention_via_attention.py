@@ -42,6 +42,13 @@ class AttentionViaAttentionOutput(AttentionOutput):
         low_context: the character-level (lower-level) context ``c^(c)`` ``[B, M, d_v^(c)]``.
         high_weights: word-level weights ``[B, M, n_w]``, when ``return_weights=True``.
         low_weights: character-level weights ``[B, M, n_c]``, when ``return_weights=True``.
+
+    Example::
+
+        >>> ava = ak.mechanisms.AttentionViaAttention(d_query=8, d_high=12, d_low=4)
+        >>> out = ava(torch.randn(2, 8), torch.randn(2, 6, 12), torch.randn(2, 30, 4))
+        >>> out.high_context.shape, out.low_context.shape, out.context.shape
+        (torch.Size([2, 12]), torch.Size([2, 4]), torch.Size([2, 16]))
     """
 
     high_context: Tensor

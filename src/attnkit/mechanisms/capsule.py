@@ -50,6 +50,12 @@ class CapsuleOutput(AttentionOutput):
         feature_mean: ``f``, the unweighted mean of the real feature vectors, ``[B, d_f]``.
         weights: the per-class attention maps ``[B, C, N]`` when asked, else ``None``.
         log_prob: ``[B, C]`` log-probability of what a stochastic alignment sampled, else ``None``.
+
+    Example::
+
+        >>> out = ak.mechanisms.CapsuleAttention(d_feature=16, num_classes=3)(torch.randn(4, 9, 16))
+        >>> out.probabilities.shape, out.reconstructions.shape, out.feature_mean.shape
+        (torch.Size([4, 3]), torch.Size([4, 3, 16]), torch.Size([4, 16]))
     """
 
     probabilities: Tensor
@@ -205,6 +211,14 @@ def capsule_loss(
 
     Returns:
         The scalar loss.
+
+    Example::
+
+        >>> capsules = ak.mechanisms.CapsuleAttention(d_feature=16, num_classes=3)
+        >>> out = capsules(torch.randn(4, 9, 16))
+        >>> loss = capsule_loss(out, torch.tensor([0, 2, 1, 1]))
+        >>> loss.shape, bool(loss >= 0)
+        (torch.Size([]), True)
     """
     batch, num_classes = out.probabilities.shape
     if out.reconstructions.shape[-1] != out.feature_mean.shape[-1]:

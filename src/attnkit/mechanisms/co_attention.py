@@ -51,6 +51,13 @@ class CoAttentionOutput(AttentionOutput):
         weights: the weights ``[B, N]`` behind each context (same keys) if asked, else None.
         affinity: ``A [B, N1, N2]`` of fine-grained co-attention (padded pairs 0), else None.
         log_prob: ``[B]`` summed log-probability of stochastic alignments' samples, else None.
+
+    Example::
+
+        >>> co = ak.mechanisms.ParallelCoAttention(d_feature1=16, d_feature2=8)
+        >>> out = co(torch.randn(2, 49, 16), torch.randn(2, 7, 8))
+        >>> out.context.shape, out.affinity.shape
+        (torch.Size([2, 24]), torch.Size([2, 49, 7]))
     """
 
     contexts: dict[str, Tensor]
@@ -308,6 +315,12 @@ class BilinearAffinity(Score):
     Args:
         d_key1, d_key2: key sizes of the two sets; ``W_A [d_k1, d_k2]``.
         activation: ``act()`` (tanh in Lu et al.).
+
+    Example::
+
+        >>> affinity = BilinearAffinity(16, 8)
+        >>> affinity(torch.randn(2, 49, 16), torch.randn(2, 7, 8)).shape  # A [B, N1, N2]
+        torch.Size([2, 49, 7])
     """
 
     parametric = True
@@ -341,6 +354,11 @@ class ConcatAffinity(Score):
 
     Args:
         d_key: ``d_k``; ``w_A [3 d_k]``.
+
+    Example::
+
+        >>> ConcatAffinity(8)(torch.randn(2, 10, 8), torch.randn(2, 4, 8)).shape  # A [B, N1, N2]
+        torch.Size([2, 10, 4])
     """
 
     parametric = True
@@ -584,7 +602,11 @@ class MultiGrainedCoAttention(nn.Module):
     ) -> CoAttentionOutput:
         """Coarse- and fine-grained co-attention of the two sets.
 
-        Args: as :meth:`AlternatingCoAttention.forward`.
+        Args:
+            features1: ``[B, N1, d_f1]`` (e.g. image regions).
+            features2: ``[B, N2, d_f2]`` (e.g. question words).
+            mask1, mask2: bool ``[B, N1]``, ``[B, N2]``, True = real element.
+            return_weights: also return the attention weights.
 
         Returns:
             :class:`CoAttentionOutput`: ``context`` of the four vectors; contexts and weights

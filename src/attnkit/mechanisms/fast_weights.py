@@ -44,7 +44,19 @@ UpdateRule = Literal["sum", "delta"]
 @dataclass(frozen=True)
 class FastWeightState:
     """The fast weights after some steps: ``weights`` ``W [B, H, d_v, f]`` and, for the
-    normalised sum rule, ``normaliser`` ``z = Σ_j φ(k_j) [B, H, f]``."""
+    normalised sum rule, ``normaliser`` ``z = Σ_j φ(k_j) [B, H, f]``.
+
+    Attributes:
+        weights: the fast weight matrix ``W [B, H, d_v, f]``.
+        normaliser: ``z = Σ_j φ(k_j)`` ``[B, H, f]``.
+
+    Example::
+
+        >>> q = k = v = torch.randn(2, 4, 8)  # [B, H, d]
+        >>> _, state = sum_update_step(q, k, v)
+        >>> state.weights.shape, state.normaliser.shape
+        (torch.Size([2, 4, 8, 8]), torch.Size([2, 4, 8]))
+    """
 
     weights: Tensor
     normaliser: Tensor
@@ -76,6 +88,15 @@ def sum_update_step(
 
     Returns:
         ``(y_t [B, H, d_v], new state)``.
+
+    Example::
+
+        >>> state = None
+        >>> for t in range(3):  # causal linear attention, one token at a time
+        ...     y, state = sum_update_step(torch.randn(2, 4, 8), torch.randn(2, 4, 8),
+        ...                                torch.randn(2, 4, 6), state)
+        >>> y.shape
+        torch.Size([2, 4, 6])
     """
     phi_q, phi_k = feature_map(q), feature_map(k)
     state = _empty_state(phi_k, v) if state is None else state
@@ -113,6 +134,13 @@ def delta_update_step(
 
     Returns:
         ``(y_t [B, H, d_v], new state)``.
+
+    Example::
+
+        >>> q, k, v = torch.randn(2, 4, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 6)
+        >>> y, state = delta_update_step(q, k, v, rate=torch.full((2, 4), 0.5))
+        >>> y.shape, state.weights.shape
+        (torch.Size([2, 4, 6]), torch.Size([2, 4, 6, 8]))
     """
     phi_q, phi_k = _sum_normalised(feature_map(q)), _sum_normalised(feature_map(k))
     state = _empty_state(phi_k, v) if state is None else state
@@ -206,6 +234,14 @@ class FastWeightProgrammer(nn.Module):
         return self.out_projection(y.flatten(1)), state
 
     def forward(self, x: Tensor) -> Tensor:
+        """Program and read the fast weights over a whole sequence, causally.
+
+        Args:
+            x: ``[B, T, d_model]``.
+
+        Returns:
+            ``[B, T, d_model]``; output ``t`` depends on inputs ``<= t``.
+        """
         if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             given = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"FastWeightProgrammer expects x [B, T, {self.d_model}], got {given}")

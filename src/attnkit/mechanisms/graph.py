@@ -52,6 +52,13 @@ class GraphAttentionOutput(AttentionOutput):
         weights: ``α_ij`` per edge and head ``[E', K]`` (a graph's weights are per edge, not a
             ``[B, H, M, N]`` matrix), before dropout; they sum to one over each node's incoming
             edges.
+
+    Example::
+
+        >>> gat = ak.mechanisms.GraphAttention(4, 8, num_heads=2)
+        >>> out = gat(torch.randn(3, 4), torch.tensor([[0, 1, 2], [1, 2, 0]]))
+        >>> out.nodes.shape, out.edge_index.shape  # 3 edges + 3 self-loops
+        (torch.Size([3, 16]), torch.Size([2, 6]))
     """
 
     edge_index: Tensor
@@ -283,7 +290,16 @@ class GraphAttentionV2(_GraphAttentionBase):
     """GATv2 (Brody et al. 2022): ``e_ij = a^T LeakyReLU(W_t h_i + W_s h_j)`` — dynamic attention,
     the additive score with the non-linearity between the projections and ``a``.
 
-    Args: as :class:`GraphAttention`, plus
+    Args:
+        in_features: ``F``.
+        out_features: ``F'`` per head.
+        num_heads: ``K``.
+        concat: concatenate the heads (``[N, K·F']``, hidden layers) or average them
+            (``[N, F']``, an output layer).
+        negative_slope: of the LeakyReLU (0.2).
+        dropout: on the attention weights, in training mode only.
+        self_loops: add ``i → i`` to every node (replacing existing loops): ``i ∈ N(i)``.
+        bias: a learned bias added to the output.
         share_weights: one matrix for sources and targets (``W_s = W_t``).
 
     Parameters: ``source_linear`` (``W_s``, also the messages), ``target_linear`` (``W_t``),

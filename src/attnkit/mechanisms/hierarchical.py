@@ -36,9 +36,24 @@ class IdentityEncoder(nn.Module):
     Every encoder of :class:`HierarchicalAttention` is called as ``encoder(features, mask)`` with
     ``features [N, L, d_in]`` and bool ``mask [N, L]`` (True = a real element) and returns
     ``[N, L, d_out]``.
+
+    Example::
+
+        >>> features = torch.randn(2, 3, 8)
+        >>> IdentityEncoder()(features, torch.ones(2, 3, dtype=torch.bool)) is features
+        True
     """
 
     def forward(self, features: Tensor, mask: Tensor) -> Tensor:
+        """The features unchanged.
+
+        Args:
+            features: ``[N, L, d]``.
+            mask: bool ``[N, L]``, True at real elements (unused).
+
+        Returns:
+            ``features`` itself.
+        """
         return features
 
 
@@ -76,6 +91,15 @@ class RecurrentEncoder(nn.Module):
         self.rnn = rnn
 
     def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The recurrence over the real elements of each sequence.
+
+        Args:
+            features: ``[N, L, d_in]``.
+            mask: bool ``[N, L]``, True at real elements (``None``: all, run as one batch).
+
+        Returns:
+            ``[N, L, d_out]``, zero at padded positions.
+        """
         if mask is None:
             return self.rnn(features)[0]
         n, length = mask.shape
@@ -111,6 +135,13 @@ class HierarchicalAttentionOutput(AttentionOutput):
             and in padded sentences), when ``return_weights=True``.
         sentence_weights: weights of Attention Module_D ``[B, n_S]`` (zero on padded sentences),
             when ``return_weights=True``.
+
+    Example::
+
+        >>> han = ak.mechanisms.HierarchicalAttention(d_word=16)
+        >>> out = han(torch.randn(2, 3, 5, 16), torch.ones(2, 3, 5, dtype=torch.bool))
+        >>> out.context.shape, out.sentence_vectors.shape
+        (torch.Size([2, 16]), torch.Size([2, 3, 16]))
     """
 
     sentence_vectors: Tensor

@@ -201,7 +201,17 @@ class Hopfield(nn.Module):
         return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Retrieve for every state pattern; with ``return_weights`` also the last step's
-        retrieval weights ``[B, H, M, N]``."""
+        retrieval weights ``[B, H, M, N]``.
+
+        Args:
+            state: the state patterns ``R [B, M, d_state]``.
+            stored: the stored patterns ``Y [B, N, d_stored]``.
+            mask: bool ``[B, N]``, True at real stored patterns (``None``: all).
+            return_weights: also return the weights.
+
+        Returns:
+            ``Z W_O [B, M, d_out]``; with ``return_weights``, ``(Z W_O, weights [B, H, M, N])``.
+        """
         name = type(self).__name__
         check_set(f"{name} (state)", state, self.d_state, None)
         check_set(f"{name} (stored)", stored, self.d_stored, mask)
@@ -254,6 +264,15 @@ class HopfieldPooling(nn.Module):
         self.hopfield = Hopfield(d_state, d_stored, query_type="Self-Attentive", **options)
 
     def forward(self, stored: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Pool the set ``stored`` into ``k`` vectors.
+
+        Args:
+            stored: ``[B, N, d_stored]``.
+            mask: bool ``[B, N]``, True at real elements (``None``: all).
+
+        Returns:
+            ``[B, k, d_out]``.
+        """
         if not isinstance(stored, Tensor) or stored.dim() != 3:
             given = tuple(stored.shape) if isinstance(stored, Tensor) else type(stored).__name__
             raise ValueError(f"HopfieldPooling expects stored [B, N, d], got {given}")
@@ -296,6 +315,14 @@ class HopfieldLayer(nn.Module):
         self.hopfield = Hopfield(d_state, d_stored, **options)
 
     def forward(self, state: Tensor) -> Tensor:
+        """Look every state pattern up in the learned stored patterns.
+
+        Args:
+            state: ``[B, M, d_state]``.
+
+        Returns:
+            ``[B, M, d_out]``.
+        """
         if not isinstance(state, Tensor) or state.dim() != 3:
             given = tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__
             raise ValueError(f"HopfieldLayer expects state [B, M, d], got {given}")

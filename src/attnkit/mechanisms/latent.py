@@ -55,6 +55,12 @@ class LatentCrossAttention(nn.Module):
 
     Shapes: ``latents [B, N, D]``, ``inputs [B, M, C]``, ``mask [B, M]`` (True = real input)
     → ``[B, N, D]``.
+
+    Example::
+
+        >>> block = LatentCrossAttention(d_latent=16, d_input=3)
+        >>> block(torch.randn(2, 4, 16), torch.randn(2, 50, 3)).shape
+        torch.Size([2, 4, 16])
     """
 
     taxonomy = TAXONOMY
@@ -91,6 +97,16 @@ class LatentCrossAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, latents: Tensor, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The latents after reading the input.
+
+        Args:
+            latents: ``z [B, N, D]``.
+            inputs: ``x [B, M, C]``.
+            mask: bool ``[B, M]``, True at real inputs (``None``: all).
+
+        Returns:
+            The updated latents ``[B, N, D]``.
+        """
         check_set(f"{type(self).__name__} (latents)", latents, self.d_latent, None)
         check_set(f"{type(self).__name__} (inputs)", inputs, self.d_input, mask)
         x = self.norm_inputs(inputs)
@@ -112,11 +128,18 @@ class LatentSelfAttention(nn.Module):
     from the mechanisms' own pieces because mechanisms sit below layers in attnkit's layer order.
 
     Args:
-        d_latent: ``D``; num_heads: heads of the self-attention; d_feedforward: MLP width;
-        dropout: on attention weights and residual branches (training mode only);
+        d_latent: ``D``.
+        num_heads: heads of the self-attention.
+        d_feedforward: the MLP's width.
+        dropout: on attention weights and residual branches (training mode only).
         score, align: any attnkit score and alignment.
 
     Shapes: ``latents [B, N, D]`` → ``[B, N, D]``.
+
+    Example::
+
+        >>> LatentSelfAttention(16, num_heads=4, d_feedforward=32)(torch.randn(2, 4, 16)).shape
+        torch.Size([2, 4, 16])
     """
 
     taxonomy = TAXONOMY
@@ -141,6 +164,14 @@ class LatentSelfAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, latents: Tensor) -> Tensor:
+        """The latents after one self-attention layer.
+
+        Args:
+            latents: ``z [B, N, D]``.
+
+        Returns:
+            ``[B, N, D]``.
+        """
         z = self.norm1(latents)
         latents = latents + self.dropout(self.self_attn(z, z, z, need_weights=False)[0])
         hidden = self.dropout(F.gelu(self.linear1(self.norm2(latents))))
@@ -257,7 +288,15 @@ class PerceiverEncoder(nn.Module):
         )
 
     def forward(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Read ``inputs [B, M, C]`` (``mask [B, M]``: True = real) into the latents ``[B, N, D]``."""
+        """Read ``inputs [B, M, C]`` (``mask [B, M]``: True = real) into the latents ``[B, N, D]``.
+
+        Args:
+            inputs: ``x [B, M, C]``.
+            mask: bool ``[B, M]``, True at real inputs (``None``: all).
+
+        Returns:
+            The final latents ``[B, N, D]``.
+        """
         check_set(type(self).__name__, inputs, self.d_input, mask)
         latents = self.latents.to(inputs.dtype).expand(inputs.shape[0], -1, -1)
         for i in range(self.num_blocks):

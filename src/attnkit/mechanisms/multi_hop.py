@@ -80,6 +80,12 @@ class LinearQueryTransform(nn.Module):
         activation: ``act()``; a name (``"tanh"``, ``"identity"``, …) or a callable.
 
     ``self.linear.weight`` is ``W [d_q, d_x]``, ``self.linear.bias`` is ``b [d_q]``.
+
+    Example::
+
+        >>> transform = LinearQueryTransform(d_query=8, d_value=16, source="concat")
+        >>> transform(torch.randn(2, 3, 8), torch.randn(2, 3, 16)).shape
+        torch.Size([2, 3, 8])
     """
 
     def __init__(
@@ -102,7 +108,17 @@ class LinearQueryTransform(nn.Module):
         query_features: Tensor | None = None,
         query_mask: Tensor | None = None,
     ) -> Tensor:
-        """``q^(s+1) [B, M, d_q]`` from ``query [B, M, d_q]`` and ``context [B, M, d_v]``."""
+        """``q^(s+1) [B, M, d_q]`` from ``query [B, M, d_q]`` and ``context [B, M, d_v]``.
+
+        Args:
+            query: ``q^(s) [B, M, d_q]``.
+            context: ``c^(s) [B, M, d_v]``.
+            query_features: unused (the attentive transform's).
+            query_mask: unused (the attentive transform's).
+
+        Returns:
+            ``q^(s+1) [B, M, d_q]`` (eq. 41).
+        """
         return self.act(self.linear(_pick(self.source, query, context)))
 
 
@@ -122,6 +138,13 @@ class AttentiveQueryTransform(nn.Module):
             keys of size ``d_q``.
         align: an alignment name or ``ak.align.Align``.
         d_hidden: ``d_w`` of the additive score (default ``d_q``).
+
+    Example::
+
+        >>> transform = AttentiveQueryTransform(d_query=8, d_value=16)
+        >>> question = torch.randn(2, 5, 8)  # the query's feature vectors Q_F
+        >>> transform(torch.randn(2, 1, 8), torch.randn(2, 1, 16), question).shape
+        torch.Size([2, 1, 8])
     """
 
     def __init__(
@@ -149,7 +172,17 @@ class AttentiveQueryTransform(nn.Module):
         query_features: Tensor | None = None,
         query_mask: Tensor | None = None,
     ) -> Tensor:
-        """``q^(s+1) [B, M, d_q]``; needs ``query_features [B, N_q, d_q]`` (and its mask)."""
+        """``q^(s+1) [B, M, d_q]``; needs ``query_features [B, N_q, d_q]`` (and its mask).
+
+        Args:
+            query: ``q^(s) [B, M, d_q]``.
+            context: ``c^(s) [B, M, d_v]``.
+            query_features: ``Q_F [B, N_q, d_q]``, keys and values of the attention.
+            query_mask: bool ``[B, N_q]``, True at real feature vectors (``None``: all).
+
+        Returns:
+            ``q^(s+1) [B, M, d_q]`` (eq. 41).
+        """
         if query_features is None:
             raise ValueError(
                 "AttentiveQueryTransform attends over the query's feature vectors: pass "
@@ -178,6 +211,13 @@ class MultiHopOutput(AttentionOutput):
         initial_context: ``c^(0)``, the mean of the real value vectors, ``[B, d_v]``.
         weights: each hop's weights ``[B, S, (M,) N]`` when asked, else ``None``.
         log_prob: each hop's log-probability ``[B, S, (M,)]`` for stochastic alignments.
+
+    Example::
+
+        >>> hop = ak.mechanisms.MultiHopAttention(d_query=8, d_feature=16, num_hops=3)
+        >>> out = hop(torch.randn(4, 8), torch.randn(4, 10, 16))
+        >>> out.context.shape, out.contexts.shape
+        (torch.Size([4, 16]), torch.Size([4, 3, 16]))
     """
 
     contexts: Tensor

@@ -53,6 +53,13 @@ class RotatoryOutput(AttentionOutput):
         log_prob: ``[B]``: summed log-probability of what stochastic alignments sampled, else None.
         hops: for the multi-hop form, every hop's own :class:`RotatoryOutput` (the last one is
             this output's content); empty for one rotation.
+
+    Example::
+
+        >>> rot = ak.mechanisms.RotatoryAttention(d_left=16, d_target=16)
+        >>> out = rot(torch.randn(2, 9, 16), torch.randn(2, 2, 16), torch.randn(2, 5, 16))
+        >>> out.context.shape
+        torch.Size([2, 64])
     """
 
     contexts: dict[str, Tensor]
@@ -324,7 +331,12 @@ class MultiHopRotatoryAttention(nn.Module):
     ) -> RotatoryOutput:
         """``hops`` rotations, each after the first queried by the previous ``(r^lt, r^rt)``.
 
-        Args: as :meth:`RotatoryAttention.forward` (without ``queries``).
+        Args:
+            left: left context ``[B, N_l, d_l]``.
+            target: target phrase ``[B, N_t, d_t]``.
+            right: right context ``[B, N_r, d_r]``.
+            left_mask, target_mask, right_mask: bool ``[B, N]``, True = a real word.
+            return_weights: also return every hop's four attention weight vectors.
 
         Returns:
             :class:`RotatoryOutput` of the last hop, with every hop's output in ``hops`` and the

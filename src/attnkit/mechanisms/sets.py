@@ -144,7 +144,16 @@ class MultiheadAttentionBlock(nn.Module):
         self.norm_feedforward = nn.LayerNorm(d_model) if layer_norm else nn.Identity()
 
     def forward(self, x: Tensor, y: Tensor, mask: Tensor | None = None) -> Tensor:
-        """``MAB(x, y)``; ``mask [B, n_y]`` marks the real elements of ``y``."""
+        """``MAB(x, y)`` (eq. 6-7).
+
+        Args:
+            x: the attending set ``[B, n_x, d_query]``.
+            y: the attended set ``[B, n_y, d_key]``.
+            mask: bool ``[B, n_y]``, True at the real elements of ``y`` (``None``: all).
+
+        Returns:
+            ``[B, n_x, d]``.
+        """
         name = type(self).__name__
         check_set(f"{name} (x)", x, self.d_query, None)
         check_set(f"{name} (y)", y, self.d_key, mask)
@@ -190,6 +199,15 @@ class SetAttentionBlock(nn.Module):
         )
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``SAB(x) = MAB(x, x)`` (eq. 8).
+
+        Args:
+            x: the set ``[B, n, d_input]``.
+            mask: bool ``[B, n]``, True at real elements (``None``: all).
+
+        Returns:
+            ``[B, n, d]``.
+        """
         return self.block(x, x, mask)
 
 
@@ -235,6 +253,15 @@ class InducedSetAttentionBlock(nn.Module):
         self.broadcast = MultiheadAttentionBlock(d_model, num_heads, d_query=d_input, **options)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``ISAB_m(x) = MAB(x, MAB(I, x))`` (eq. 9-10).
+
+        Args:
+            x: the set ``[B, n, d_input]``.
+            mask: bool ``[B, n]``, True at real elements (``None``: all).
+
+        Returns:
+            ``[B, n, d]``.
+        """
         inducing = self.inducing_points.to(x.dtype).expand(x.shape[0], -1, -1)  # [B, m, d]
         summaries = self.summarise(inducing, x, mask)  # H = MAB(I, X): [B, m, d], eq. (10)
         return self.broadcast(x, summaries)  # MAB(X, H), eq. (9): H has no padding
@@ -275,6 +302,15 @@ class PoolingByMultiheadAttention(nn.Module):
         self.block = MultiheadAttentionBlock(d_model, num_heads, **options)
 
     def forward(self, z: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``PMA_k(z) = MAB(S, rFF(z))`` (eq. 11).
+
+        Args:
+            z: the set ``[B, n, d]``.
+            mask: bool ``[B, n]``, True at real elements (``None``: all).
+
+        Returns:
+            ``k`` pooled vectors ``[B, k, d]``.
+        """
         check_set(type(self).__name__, z, self.d_model, mask)
         seeds = self.seeds.to(z.dtype).expand(z.shape[0], -1, -1)  # [B, k, d]
         return self.block(seeds, self.feedforward(z), mask)

@@ -69,6 +69,11 @@ class AttentionSettings:
         score_mod: ``score_mod(score, b, h, q_idx, kv_idx)`` (FlexAttention's), e.g.
             :class:`attnkit.layers.ALiBi`; applied after any soft-capping.
         scale: multiplies the scores of a swapped ``score`` (``None``: the score's default).
+
+    Example::
+
+        >>> AttentionSettings(align="sparsemax")
+        AttentionSettings(score=None, align='sparsemax', score_mod=None, scale=None)
     """
 
     score: str | Score | None = None
@@ -113,8 +118,15 @@ def swap_attention(
 
     Example::
 
-        >>> with swap_attention(model, align="entmax15"):
-        ...     sparse = model(**batch).last_hidden_state
+        >>> from transformers import BertConfig, BertModel
+        >>> config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
+        ...                     num_attention_heads=2, intermediate_size=32)
+        >>> model = BertModel._from_config(config, attn_implementation="attnkit").eval()
+        >>> input_ids = torch.randint(30, (2, 5))
+        >>> with swap_attention(model, align="entmax15") as settings:
+        ...     sparse = model(input_ids).last_hidden_state
+        >>> sparse.shape, settings.align
+        (torch.Size([2, 5, 16]), 'entmax15')
     """
     if score is None and align is None and score_mod is None:
         raise ValueError("swap_attention needs a score, an align or a score_mod to change")
@@ -166,6 +178,15 @@ def attnkit_attention_forward(
     Returns:
         ``(output [B, M, H, D_v], weights [B, H, M, N] or None)``: the weights when the caller
         asked for attentions (``output_attentions``).
+
+    Example::
+
+        >>> import types
+        >>> q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
+        >>> out, weights = attnkit_attention_forward(
+        ...     types.SimpleNamespace(is_causal=False), q, k, v, None, output_attentions=True)
+        >>> out.shape, weights.shape
+        (torch.Size([2, 5, 4, 8]), torch.Size([2, 4, 5, 7]))
     """
     q_len, kv_len = query.shape[2], key.shape[2]
     mask = attention_mask
@@ -298,6 +319,13 @@ def register() -> None:
     """Register ``"attnkit"`` with transformers' ``AttentionInterface`` and
     ``AttentionMaskInterface`` (idempotent; importing :mod:`attnkit.integrations.huggingface`
     calls it).
+
+    Example::
+
+        >>> import transformers
+        >>> register()  # idempotent
+        >>> "attnkit" in transformers.AttentionInterface._global_mapping
+        True
 
     Raises:
         ImportError: transformers is not installed (``pip install "attnkit[hf]"``).

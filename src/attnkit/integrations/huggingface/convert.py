@@ -58,8 +58,15 @@ def to_attnkit(model: nn.Module, **layer_options: Any) -> TransformerEncoder:
 
     Example::
 
-        >>> encoder = to_attnkit(bert)
-        >>> hidden = encoder(bert.embeddings(input_ids), src_key_padding_mask=attention_mask == 0)
+        >>> from transformers import BertConfig, BertModel
+        >>> config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
+        ...                     num_attention_heads=2, intermediate_size=32)
+        >>> model = BertModel._from_config(config, attn_implementation="attnkit").eval()
+        >>> input_ids = torch.randint(30, (2, 5))
+        >>> encoder = to_attnkit(model)
+        >>> hidden = encoder(model.embeddings(input_ids))
+        >>> torch.allclose(hidden, model(input_ids).last_hidden_state, atol=1e-5)
+        True
     """
     bert = getattr(model, "bert", model)
     config = getattr(bert, "config", None)

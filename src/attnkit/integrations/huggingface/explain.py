@@ -31,7 +31,31 @@ from attnkit.interpret.viewer import AttentionMap, write_viewer
 def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
     """A local Hugging Face model directory loaded on attnkit, with its tokenizer (no download:
     ``local_files_only``). An encoder–decoder comes with its generation head
-    (``AutoModelForSeq2SeqLM``), any other model as ``AutoModel``, in eval mode."""
+    (``AutoModelForSeq2SeqLM``), any other model as ``AutoModel``, in eval mode.
+
+    Args:
+        path: the model directory (``config.json``, weights, tokenizer files).
+
+    Returns:
+        ``(model, tokenizer)``.
+
+    Example::
+
+        >>> from transformers import BertConfig, BertModel
+        >>> config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
+        ...                     num_attention_heads=2, intermediate_size=32)
+        >>> model = BertModel._from_config(config, attn_implementation="attnkit").eval()
+        >>> import pathlib, tempfile
+        >>> from transformers import BertTokenizer
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "vocab.txt").write_text(chr(10).join(
+        ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "."]))
+        >>> BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder) and None
+        >>> model.save_pretrained(folder)
+        >>> model, tokenizer = load_model(folder)
+        >>> type(model).__name__, model.config._attn_implementation
+        ('BertModel', 'attnkit')
+    """
     from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
     directory = Path(path)
@@ -73,8 +97,19 @@ def explain_model(
 
     Example::
 
-        >>> explain_model("models/all-MiniLM-L6-v2", "A man is playing a guitar.")
-        PosixPath('explain-a-man-is-playing-a-guitar.html')
+        >>> from transformers import BertConfig, BertModel
+        >>> config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
+        ...                     num_attention_heads=2, intermediate_size=32)
+        >>> model = BertModel._from_config(config, attn_implementation="attnkit").eval()
+        >>> import pathlib, tempfile
+        >>> from transformers import BertTokenizer
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "vocab.txt").write_text(chr(10).join(
+        ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "."]))
+        >>> BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder) and None
+        >>> model.save_pretrained(folder)
+        >>> explain_model(folder, "the cat sat .", output=folder / "page.html").name
+        'page.html'
     """
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"the input must be a non-empty str, got {text!r}")
@@ -118,7 +153,35 @@ def attention_maps(
     model: Any, tokenizer: Any, text: str, *, max_new_tokens: int = 20
 ) -> list[AttentionMap]:
     """The attention maps of ``model`` on ``text``, one :class:`AttentionMap` per role
-    (module docstring), each ``[layers, heads, rows, columns]`` with the tokens as labels."""
+    (module docstring), each ``[layers, heads, rows, columns]`` with the tokens as labels.
+
+    Args:
+        model: a Hugging Face model running ``attn_implementation="attnkit"``.
+        tokenizer: its tokenizer.
+        text: the input.
+        max_new_tokens: an encoder–decoder's greedy output length limit.
+
+    Returns:
+        One :class:`~attnkit.interpret.AttentionMap` per role (self-attention; an
+        encoder–decoder's encoder, decoder and cross-attention).
+
+    Example::
+
+        >>> from transformers import BertConfig, BertModel
+        >>> config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=2,
+        ...                     num_attention_heads=2, intermediate_size=32)
+        >>> model = BertModel._from_config(config, attn_implementation="attnkit").eval()
+        >>> import pathlib, tempfile
+        >>> from transformers import BertTokenizer
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "vocab.txt").write_text(chr(10).join(
+        ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "."]))
+        >>> BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder) and None
+        >>> model.save_pretrained(folder)
+        >>> model, tokenizer = load_model(folder)
+        >>> [m.name for m in attention_maps(model, tokenizer, "the cat sat .")]
+        ['self-attention']
+    """
     device = next(model.parameters()).device
     inputs = tokenizer(text, return_tensors="pt").to(device)
     source = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())

@@ -64,7 +64,14 @@ class CBAMChannelAttention(nn.Module):
         return (average + maximum).sigmoid()[:, :, None, None]
 
     def forward(self, features: Tensor) -> Tensor:
-        """``F' = M_c(F) ⊗ F`` (eq. 1): ``[B, C, H, W]``."""
+        """``F' = M_c(F) ⊗ F`` (eq. 1).
+
+        Args:
+            features: ``F [B, C, H, W]``.
+
+        Returns:
+            ``F' [B, C, H, W]``.
+        """
         return self.attention_map(features) * features
 
 
@@ -106,7 +113,14 @@ class CBAMSpatialAttention(nn.Module):
         return self.conv(pooled).sigmoid()
 
     def forward(self, features: Tensor) -> Tensor:
-        """``F'' = M_s(F) ⊗ F`` (eq. 1): ``[B, C, H, W]``."""
+        """``F'' = M_s(F) ⊗ F`` (eq. 1).
+
+        Args:
+            features: ``F [B, C, H, W]`` (any ``C``).
+
+        Returns:
+            ``F'' [B, C, H, W]``.
+        """
         return self.attention_map(features) * features
 
 
@@ -137,5 +151,12 @@ class ConvolutionalBlockAttention(nn.Module):
         self.spatial = CBAMSpatialAttention(kernel_size)
 
     def forward(self, features: Tensor) -> Tensor:
-        """``F'' = M_s(F') ⊗ F'`` with ``F' = M_c(F) ⊗ F`` (eq. 1)."""
+        """``F'' = M_s(F') ⊗ F'`` with ``F' = M_c(F) ⊗ F`` (eq. 1).
+
+        Args:
+            features: ``F [B, C, H, W]``.
+
+        Returns:
+            ``F'' [B, C, H, W]``.
+        """
         return self.spatial(self.channel(features))

@@ -107,7 +107,14 @@ class CrissCrossAttention(nn.Module):
         return self._attend(x, want_weights=False).context.permute(0, 3, 1, 2)
 
     def forward(self, x: Tensor) -> Tensor:
-        """``H' = aggregation + H``: ``[B, C, h, w]``."""
+        """``H' = aggregation + H``.
+
+        Args:
+            x: the feature map ``H [B, C, h, w]``.
+
+        Returns:
+            ``H' [B, C, h, w]``.
+        """
         return self.aggregate(x) + x
 
 
@@ -142,7 +149,14 @@ class RecurrentCrissCrossAttention(nn.Module):
         self.recurrence = recurrence
 
     def forward(self, x: Tensor) -> Tensor:
-        """``R`` passes of :class:`CrissCrossAttention` with shared weights: ``[B, C, h, w]``."""
+        """``R`` passes of :class:`CrissCrossAttention` with shared weights.
+
+        Args:
+            x: the feature map ``[B, C, h, w]``.
+
+        Returns:
+            ``[B, C, h, w]``: every position has seen every other after two passes.
+        """
         for _ in range(self.recurrence):
             x = self.attention(x)
         return x

@@ -66,7 +66,14 @@ class DualPositionAttention(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(1))
 
     def forward(self, a: Tensor) -> Tensor:
-        """``E = α · attention + A`` (eq. 2): ``[B, C, H, W]``."""
+        """``E = α · attention + A`` (eq. 2).
+
+        Args:
+            a: the feature map ``A [B, C, H, W]``.
+
+        Returns:
+            ``E [B, C, H, W]``.
+        """
         check_feature_map("DualPositionAttention", a, self.channels)
         out = attention(
             _positions(self.query(a)),  # C_j: [B, N, C/8]
@@ -104,7 +111,14 @@ class DualChannelAttention(nn.Module):
         self.beta = nn.Parameter(torch.zeros(1))
 
     def forward(self, a: Tensor) -> Tensor:
-        """``E = β · attention + A`` (eq. 4): ``[B, C, H, W]``."""
+        """``E = β · attention + A`` (eq. 4).
+
+        Args:
+            a: the feature map ``A [B, C, H, W]``.
+
+        Returns:
+            ``E [B, C, H, W]``.
+        """
         check_feature_map("DualChannelAttention", a, self.channels)
         channels = a.flatten(2)  # A_i ∈ R^N: [B, C, N], one row per channel
         out = attention(channels, channels, channels, score="dot").context  # eq. (3)-(4)
@@ -140,5 +154,12 @@ class DualAttention(nn.Module):
         self.channel = DualChannelAttention(channels)
 
     def forward(self, a: Tensor) -> Tensor:
-        """``E_PAM + E_CAM``: ``[B, C, H, W]``."""
+        """``E_PAM + E_CAM``.
+
+        Args:
+            a: the feature map ``A [B, C, H, W]``.
+
+        Returns:
+            ``[B, C, H, W]``.
+        """
         return self.position(a) + self.channel(a)

@@ -145,7 +145,14 @@ class NonLocalBlock(nn.Module):
         return y.transpose(1, 2).reshape(b, self.inter_channels, h, w)
 
     def forward(self, x: Tensor) -> Tensor:
-        """``z = W_z y + x`` (eq. 6), with the batch norm after ``W_z`` if enabled."""
+        """``z = W_z y + x`` (eq. 6), with the batch norm after ``W_z`` if enabled.
+
+        Args:
+            x: the feature map ``[B, C, H, W]``.
+
+        Returns:
+            ``z [B, C, H, W]``.
+        """
         wy = self.output(self.non_local(x))
         if self.norm is not None:
             wy = self.norm(wy)

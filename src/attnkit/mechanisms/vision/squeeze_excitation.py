@@ -57,5 +57,12 @@ class SqueezeExcitation(nn.Module):
         return self.expand(self.reduce(z).relu()).sigmoid()
 
     def forward(self, u: Tensor) -> Tensor:
-        """``x̃ = s ⊙ u``, each channel scaled by its gate (eq. 4): ``[B, C, H, W]``."""
+        """``x̃ = s ⊙ u``, each channel scaled by its gate (eq. 4).
+
+        Args:
+            u: the feature map ``[B, C, H, W]``.
+
+        Returns:
+            ``x̃ [B, C, H, W]``.
+        """
         return u * self.gates(u)[:, :, None, None]
