@@ -39,7 +39,7 @@ class AttentionOutput:
     Example::
 
         >>> q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 6, 4), torch.randn(1, 2, 6, 4)
-        >>> out = ak.attention(q, k, v, return_weights=True)
+        >>> out = ak.attention(q, k, v, return_weights=True, return_lse=True)
         >>> out.context.shape, out.weights.shape, out.lse.shape
         (torch.Size([1, 2, 3, 4]), torch.Size([1, 2, 3, 6]), torch.Size([1, 2, 3]))
     """

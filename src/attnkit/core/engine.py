@@ -242,10 +242,12 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
     Example::
 
         >>> q = torch.empty(1, 8, 4096, 64, device="meta")
-        >>> print(ak.explain(q, q, q, score="cosine", return_weights=True))
-        attention over B=1 H=8 M=4096 N=4096, d_q=64, d_v=64, torch.float32, score=cosine, align=softmax
+        >>> print(ak.explain(q, q, q, score="euclidean", return_weights=True))
+        attention over B=1 H=8 M=4096 N=4096, d_q=64, d_v=64, torch.float32, score=euclidean, align=softmax
         runs on: tiled — ...
-          passed over sdpa: weights were asked for
+          passed over sdpa: score 'euclidean' is not a dot product of features; weights were asked for
+          passed over dense: score 'euclidean' is not a dot product of features
+          passed over flex: ...
     """
     backend = options.pop("backend", None)
     call = prepare(q, k, v, **options)

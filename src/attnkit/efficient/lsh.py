@@ -432,6 +432,8 @@ def lsh_attention(
         bucket_size: the chunk length ``c``.
         n_rounds: hashing rounds.
         seed: fixes the random rotations.
+        attend_across_buckets: also attend keys of other buckets in the query's chunks (see
+            :class:`LSHAttention`).
         **options: :class:`~attnkit.efficient._inputs.KindOptions` (key padding only).
 
     Returns:

@@ -349,7 +349,12 @@ def sliding_window_attention(
         q: queries ``[B, H, M, d]`` (or ``[B, M, d]``).
         k: keys ``[B, H_kv, N, d]``.
         v: values ``[B, H_kv, N, d_v]``.
-        window: keys each query attends (itself and the ``window - 1`` before it, causal).
+        window: keys each query attends (itself and the ``window - 1`` before it, causal);
+            with ``look_backward``/``look_forward``, the block size.
+        look_backward: blocks of ``window`` before the query's block that it attends (see
+            :class:`SlidingWindowAttention`).
+        look_forward: blocks after it (0 when causal).
+        exact_windowsize: limit the look-around keys to a true sliding window.
         **options: :class:`~attnkit.efficient._inputs.KindOptions` (``mask``, ``causal``,
             ``return_weights``, ...).
 
