@@ -101,9 +101,9 @@ def test_encoder_matches_eager_on_a_padded_batch(twins) -> None:
     assert_hidden_close(a.last_hidden_state, b.last_hidden_state, mask)
     assert_weights_close(a.attentions, b.attentions, mask)
     # one engine call per layer, made inside the HF attention module, weights from the engine's
-    # weights-on-demand path (the tiled backend), not a fallback to eager
+    # weights-on-demand path (the dense backend), not a fallback to eager
     assert [s[0] for s in calls.seen] == [f"encoder.layer.{i}.attention.self" for i in (0, 1)]
-    assert all(s[1] == "tiled" and s[2] for s in calls.seen)
+    assert all(s[1] == "dense" and s[2] for s in calls.seen)
     # without output_attentions no weights are formed: the fused kernel runs
     calls.seen.clear()
     with torch.no_grad(), ak.attention_hooks(calls, model=ours):
