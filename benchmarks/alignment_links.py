@@ -3,7 +3,7 @@ predicted links for the gold's test part as ``docs/results/<config>.test.pharaoh
 
 ``attnkit eval RUN_DIR`` (beam as configured) scores every alignment reading of the run's model
 (naive attention, Shift-Att with its layers/heads chosen on gold sentences 1–100, the alignment
-head; :mod:`attnkit.evaluate.alignment_methods`) on the test part (101–447) and saves them in
+head; :mod:`attnkit.tasks.alignment_methods`) on the test part (101–447) and saves them in
 ``RUN_DIR/eval-test.json``; this prints one markdown row per reading and writes the links of the
 reading chosen on the development part: 347 lines, gold sentences 101–447 in order, ``i-j`` with
 ``i`` the 0-based English and ``j`` the 0-based French position in the gold's tokenisation.

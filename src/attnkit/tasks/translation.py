@@ -44,11 +44,6 @@ from attnkit.data.tatoeba_gold import load_tatoeba_gold
 from attnkit.data.tokenize import tokenize
 from attnkit.data_parallel import DataParallel
 from attnkit.evaluate.alignment import corpus_alignment_error_rate, links_from_weights
-from attnkit.evaluate.alignment_methods import (
-    best_on_dev,
-    compare_alignment_methods,
-    forced_attention,
-)
 from attnkit.evaluate.supervised import supervised_attention_loss
 from attnkit.evaluate.translation import (
     corpus_loss,
@@ -58,9 +53,14 @@ from attnkit.evaluate.translation import (
 )
 from attnkit.models import RNNSeq2Seq, TransformerSeq2Seq
 from attnkit.report import Alignment, save_heatmaps
+from attnkit.tasks.alignment_methods import (
+    best_on_dev,
+    compare_alignment_methods,
+    forced_attention,
+)
 from attnkit.tasks.job import Job, Log, Presentation, RunDirectory, register_job
 
-# How the report names each reading of attnkit.evaluate.alignment_methods.
+# How the report names each reading of attnkit.tasks.alignment_methods.
 METHOD_NAMES = {
     "naive": "naive attention",
     "shift_att": "Shift-Att",
@@ -200,7 +200,7 @@ def alignment_results(
     dev: Sequence[Example],
     batch_size: int = 64,
 ) -> dict[str, Any]:
-    """Every alignment reading of the model (:mod:`attnkit.evaluate.alignment_methods`: naive
+    """Every alignment reading of the model (:mod:`attnkit.tasks.alignment_methods`: naive
     attention, Shift-Att with its layers/heads chosen on ``dev``, the alignment head) scored on
     ``test`` and ``dev`` (both with gold links), the best on ``dev`` named, and its ``test``
     links as Pharaoh lines (``i-j``: source = English position, target = French position).

@@ -11,7 +11,10 @@ from torch import Tensor, nn
 
 from attnkit.data.corpus import Example
 from attnkit.data.vocabulary import Vocabulary
-from attnkit.evaluate.alignment_methods import (
+from attnkit.models import TransformerSeq2Seq
+from attnkit.models.outputs import Seq2SeqOutput
+from attnkit.run import Vocabularies
+from attnkit.tasks.alignment_methods import (
     ForcedAttention,
     MethodResult,
     best_on_dev,
@@ -19,9 +22,6 @@ from attnkit.evaluate.alignment_methods import (
     forced_attention,
     symmetrize_methods,
 )
-from attnkit.models import TransformerSeq2Seq
-from attnkit.models.outputs import Seq2SeqOutput
-from attnkit.run import Vocabularies
 
 
 def one_hot(columns: list[int], width: int) -> Tensor:
