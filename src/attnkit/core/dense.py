@@ -51,7 +51,8 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     if not scores_stay_finite(call, qf, kf, scale):
         return tiled_attention(call)  # NaN/inf semantics that softmax over a GEMM does not give
     v = call.v.to(qf.dtype)
-    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (qf, kf, v))
+    inputs = (qf, kf, v) if call.bias is None else (qf, kf, v, call.bias)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
     s = (qf * scale) @ kf.transpose(-1, -2)  # [B, H, M, N]: the buffer the weights will fill
     if call.bias is not None:
         s += call.bias.to(s.dtype)  # in place: add's backward does not need s
