@@ -104,10 +104,21 @@ def test_chain_of_inclusions(pair):
     forward, backward = pair
     inter, gd = intersection(forward, backward), grow_diag(forward, backward)
     gdfa, gdf = grow_diag_final_and(forward, backward), grow_diag_final(forward, backward)
-    assert inter <= gd <= gdfa <= gdf <= union(forward, backward)
+    assert inter <= gd <= gdfa <= union(forward, backward)
+    assert gd <= gdf <= union(forward, backward)
     # grow-diag-final leaves no point of either direction with an unaligned word.
     english, french = {e for e, _ in gdf}, {f for _, f in gdf}
     assert all(e in english and f in french for e, f in forward | backward)
+
+
+def test_final_and_is_not_inside_final():
+    """grow-diag-final-and is not always inside grow-diag-final (hypothesis found this pair):
+    the final step walks the directions in order, and the points "final" adds early (one word
+    unaligned suffices) can align both words of a later point that "final-and" adds."""
+    forward, backward = {(5, 1), (0, 5), (0, 0)}, {(0, 0), (1, 1), (5, 5)}
+    assert grow_diag(forward, backward) == {(0, 0), (1, 1)}
+    assert grow_diag_final_and(forward, backward) == {(0, 0), (1, 1), (5, 5)}
+    assert grow_diag_final(forward, backward) == {(0, 0), (1, 1), (5, 1), (0, 5)}
 
 
 @settings(max_examples=100, deadline=None)
