@@ -94,6 +94,11 @@ class DataConfig(_Section):
         description="fast_align: the Dirichlet prior of variational Bayes (fast_align's -v; "
         "0.01 is its default), or none for maximum-likelihood EM",
     )
+    reverse: bool = Field(
+        False,
+        description="translate the other way (Hansards, Tatoeba: French→English); gold and "
+        "teacher links are transposed with the sentences",
+    )
     symmetrization: (
         Literal["intersection", "union", "grow-diag", "grow-diag-final", "grow-diag-final-and"]
         | None
@@ -107,6 +112,15 @@ class DataConfig(_Section):
     def _hansards_root(self) -> DataConfig:
         if self.corpus == "hansards" and not self.root:
             raise ValueError("root: the hansards corpus needs `root` (its directory)")
+        return self
+
+    @model_validator(mode="after")
+    def _reverse_needs_a_parallel_corpus(self) -> DataConfig:
+        if self.reverse and self.corpus not in ("tatoeba", "hansards"):
+            raise ValueError(
+                f"reverse: only a translation corpus (tatoeba, hansards) has two directions, "
+                f"got corpus: {self.corpus}"
+            )
         return self
 
     @model_validator(mode="after")

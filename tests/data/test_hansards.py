@@ -145,3 +145,25 @@ def test_real_training_text_is_in_the_gold_form():
                 assert "-" in e.target[max(j - 1, 0) : j + 2], e.target
     assert {"de", "le", "les", "que", "ne", "ce"} <= tokens
     assert all(t == strip_accents(t.lower()) for e in train for t in (*e.source, *e.target))
+
+
+def test_the_french_to_english_direction(tiny_root):
+    """``data.reverse``: the same pairs the other way, gold links transposed (i-j → j-i)."""
+    from attnkit.config import ConfigError, validate
+    from attnkit.tasks.translation import load_examples
+
+    train = {"steps": 1}
+    data = {"corpus": "hansards", "root": str(tiny_root), "reverse": True}
+    raw = {"name": "r", "data": data, "model": {"kind": "rnn"}, "train": train}
+    data = load_examples(validate(raw))
+    forward = load_hansards(tiny_root)
+    assert [len(data[s]) for s in ("train", "valid", "test")] == [3, 100, 3]
+    test = data["test"][1]
+    assert test.source == ("le", "rapport", "de", "le", "ministre", ".")
+    assert test.target == ("the", "minister", "'s", "report", ".")
+    # English–French gold "0-0 1?2 1?3 1-4 2?2 3-1 4-5", read French–English
+    assert test.sure == {(0, 0), (4, 1), (1, 3), (5, 4)}
+    assert test.possible == test.sure | {(2, 1), (3, 1), (2, 2)}
+    assert data["train"][1].source == forward["train"][1].target
+    with pytest.raises(ConfigError, match="reverse: only a translation corpus"):
+        validate({**raw, "data": {"corpus": "movie_reviews", "reverse": True}})

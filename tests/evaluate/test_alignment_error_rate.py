@@ -36,8 +36,22 @@ def test_matrix_inputs_are_target_by_source():
     }
     gold = torch.tensor([[0, 1, 0], [1, 0, 0]])
     assert alignment_error_rate(weights > 0.5, gold) == 0.0
-    with pytest.raises(ValueError, match="argmax' or 'threshold"):
+    with pytest.raises(ValueError, match="'mutual_argmax' or 'threshold', got 'max'"):
         links_from_weights(weights, method="max")
+
+
+def test_mutual_argmax_keeps_the_links_both_directions_agree_on():
+    # [target, source]. Row argmax: t0->s0, t1->s0, t2->s2, t3->s2 (a zero row t4 links nothing).
+    # Column argmax: s0->t1 (0.8 > 0.5), s1->t0 (0.4 is its largest), s2->t2 (0.7 > 0.6).
+    weights = torch.tensor(
+        [[0.5, 0.4, 0.1], [0.8, 0.1, 0.1], [0.2, 0.1, 0.7], [0.1, 0.3, 0.6], [0.0, 0.0, 0.0]]
+    )
+    assert links_from_weights(weights) == {(0, 0), (0, 1), (2, 2), (2, 3)}
+    # only t1-s0 and t2-s2 are the largest of their row and of their column
+    assert links_from_weights(weights, method="mutual_argmax") == {(0, 1), (2, 2)}
+    # a permutation matrix: every link is mutual
+    perm = torch.eye(4)[[2, 0, 3, 1]]
+    assert links_from_weights(perm, method="mutual_argmax") == links_from_weights(perm)
 
 
 def test_parse_pharaoh_and_bad_input():

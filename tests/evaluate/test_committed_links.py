@@ -16,7 +16,7 @@ from attnkit.evaluate import corpus_alignment_error_rate
 ROOT = Path(__file__).resolve().parents[2]
 GOLD = Path("/work/shared/data/hansards-en-fr/gold")
 # config → its test AER as docs/results.md reports it (3 decimals)
-STATED = {"hansards-transformer-alignment-head": 0.289}
+STATED = {"hansards-transformer-alignment-head": 0.181}
 FIRST, LAST = 101, 447  # the test part, 1-based gold line numbers
 LINK = re.compile(r"^(\d+)-(\d+)$")
 

@@ -15,6 +15,7 @@ from attnkit.models import TransformerSeq2Seq
 from attnkit.models.outputs import Seq2SeqOutput
 from attnkit.run import Vocabularies
 from attnkit.tasks.alignment_methods import (
+    METHODS,
     ForcedAttention,
     MethodResult,
     best_on_dev,
@@ -72,7 +73,8 @@ def readings() -> tuple[ForcedAttention, ForcedAttention]:
 def test_each_reading_by_hand():
     dev, test = readings()
     results = compare_alignment_methods([test], [TEST], [dev], [DEV])
-    assert list(results) == ["naive", "shift_att", "alignment_head"]
+    names = ["naive", "shift_att", "alignment_head", "alignment_head_x_shift_att"]
+    assert list(results) == names + [f"{r}+mutual_argmax" for r in names]
     # naive, dev: rows → x1, x2, x0: A = {(1,0), (2,1), (0,2)}, none in S → AER 1.
     # naive, test: both rows → d0: A = {(0,0), (0,1)}; A∩S = {(0,1)}, A∩P = 2 → 1 - 3/4.
     assert results["naive"].dev_aer == 1.0
@@ -93,8 +95,32 @@ def test_each_reading_by_hand():
     assert shift.summary() == {"aer": 0.5, "dev_aer": 0.0, "layers": [0], "heads": [1]}
     # alignment head: dev the diagonal (0); test rows → e1, e0 = S exactly (0).
     assert results["alignment_head"].aer == 0.0 and results["alignment_head"].dev_aer == 0.0
-    # shift_att and alignment_head tie at 0 on dev: the earlier wins.
+    # alignment head × Shift-Att: dev eye ⊙ diagonal = eye (0). Test [[0.2, 0.8], [0.9, 0.1]] ⊙
+    # [[0, 1], [0, 1]] = [[0, 0.8], [0, 0.1]]: both rows → e1, A = {(1,0), (1,1)} → 1 - 2/4.
+    product = results["alignment_head_x_shift_att"]
+    assert product.dev_aer == 0.0 and product.links == [{(1, 0), (1, 1)}]
+    assert product.aer == pytest.approx(0.5)
+    assert product.choice == shift.choice
+    # mutual argmax keeps a row's argmax only if it is also its column's (ties: the first row).
+    # naive, test: rows → d0, d0; column d0 → row 0: A = {(0,0)}, possible only → 1 - 1/3.
+    # Shift-Att, test: rows → e1, e1; column e1 → row 0: A = {(1,0)} ⊆ S → 1 - 2/3.
+    # head, test: rows → e1, e0; columns e0 → row 1 (0.9), e1 → row 0 (0.8): A = S → 0.
+    # the product, test: rows → e1, e1; column e1 → row 0 (0.8 > 0.1): A = {(1,0)} → 1 - 2/3.
+    mutual = {r: results[f"{r}+mutual_argmax"] for r in names}
+    assert mutual["naive"].links == [{(0, 0)}] and mutual["naive"].aer == pytest.approx(2 / 3)
+    assert mutual["naive"].dev_aer == 1.0  # a permutation: the same links as argmax
+    assert mutual["shift_att"].links == [{(1, 0)}]
+    assert mutual["shift_att"].aer == pytest.approx(1 / 3) and mutual["shift_att"].dev_aer == 0
+    assert mutual["alignment_head"].links == [{(1, 0), (0, 1)}]
+    assert mutual["alignment_head"].aer == 0.0
+    assert mutual["alignment_head_x_shift_att"].links == [{(1, 0)}]
+    assert mutual["alignment_head_x_shift_att"].aer == pytest.approx(1 / 3)
+    # shift_att, alignment_head, ... tie at 0 on dev: the earliest wins.
     assert best_on_dev(results) == "shift_att"
+    # one extraction only
+    only = compare_alignment_methods([test], [TEST], [dev], [DEV], extractions=["mutual_argmax"])
+    assert list(only) == [f"{r}+mutual_argmax" for r in names]
+    assert only["alignment_head+mutual_argmax"].links == mutual["alignment_head"].links
 
 
 def test_without_development_sentences_every_layer_and_head_is_averaged():
@@ -115,6 +141,8 @@ def test_a_model_without_an_alignment_head_has_no_such_reading():
     assert list(compare_alignment_methods([plain[1]], [TEST], [plain[0]], [DEV])) == [
         "naive",
         "shift_att",
+        "naive+mutual_argmax",
+        "shift_att+mutual_argmax",
     ]
 
 
@@ -124,6 +152,8 @@ def test_bad_input():
         compare_alignment_methods([test], [TEST, TEST])
     with pytest.raises(ValueError, match="both dev and dev_examples"):
         compare_alignment_methods([test], [TEST], [dev])
+    with pytest.raises(ValueError, match=r"extractions: expected some of .*got \('max',\)"):
+        compare_alignment_methods([test], [TEST], extractions=["max"])
     no_gold = Example(("d", "e"), ("u", "v"))
     with pytest.raises(ValueError, match="gold links"):
         compare_alignment_methods([test], [no_gold])
@@ -221,6 +251,6 @@ def test_forced_attention_of_a_transformer_with_an_alignment_head():
     assert torch.allclose(first.head, out.alignment[0, :2], atol=1e-6)
     assert readings_[1].steps.shape == (3, 2, 4, 2) and readings_[1].head.shape == (3, 2)
     results = compare_alignment_methods(readings_, gold, readings_, gold)
-    assert list(results) == ["naive", "shift_att", "alignment_head"]
+    assert list(results) == list(METHODS)
     for result in results.values():
         assert 0.0 <= result.aer <= 1.0 and len(result.links) == 2

@@ -62,6 +62,25 @@ class Example:
                 f"{sorted(self.sure - self.possible)}"
             )
 
+    def reversed(self) -> Example:
+        """The pair translated the other way: source and target swapped, every link
+        ``(s, t)`` as ``(t, s)`` (a French→English model of an English→French corpus).
+
+        Example::
+
+            >>> pair = Example(("I", "love", "you"), ("je", "vous", "aime"), sure=frozenset({(2, 1)}))
+            >>> back = pair.reversed()
+            >>> back.source, sorted(back.sure)
+            (('je', 'vous', 'aime'), [(1, 2)])
+        """
+
+        def swap(links: Links | None) -> Links | None:
+            return None if links is None else frozenset((t, s) for s, t in links)
+
+        return Example(
+            self.target, self.source, swap(self.sure), swap(self.possible), swap(self.links)
+        )
+
 
 @dataclass
 class Vocabularies:

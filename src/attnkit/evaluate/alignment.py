@@ -37,11 +37,15 @@ def links_from_weights(weights: Tensor, *, method: str = "argmax", threshold: fl
     """Predicted links ``(source, target)`` from an attention matrix ``[target, source]``.
 
     ``"argmax"``: each target word links to the source word it attends most (one link per row;
-    rows of all zeros give none). ``"threshold"``: every weight ``>= threshold``.
+    rows of all zeros give none). ``"mutual_argmax"``: only the links that are the largest
+    weight of both their row and their column — the target word attends that source word most,
+    and that source word is attended most by that target word (SimAlign's *ArgMax*, Jalili Sabet
+    et al. 2020: the intersection of the two directions' argmax links read from one matrix;
+    fewer, surer links). ``"threshold"``: every weight ``>= threshold``.
 
     Args:
         weights: ``[target, source]`` (``[T, S]``).
-        method: ``"argmax"`` or ``"threshold"``.
+        method: ``"argmax"``, ``"mutual_argmax"`` or ``"threshold"``.
         threshold: for ``"threshold"``.
 
     Returns:
@@ -49,8 +53,11 @@ def links_from_weights(weights: Tensor, *, method: str = "argmax", threshold: fl
 
     Example::
 
-        >>> sorted(links_from_weights(torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])))
+        >>> weights = torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+        >>> sorted(links_from_weights(weights))
         [(0, 0), (0, 2), (1, 1)]
+        >>> sorted(links_from_weights(weights, method="mutual_argmax"))  # 0.6 < 0.9 in column 0
+        [(0, 0), (1, 1)]
     """
     if not isinstance(weights, Tensor) or weights.dim() != 2:
         raise ValueError(
@@ -59,9 +66,19 @@ def links_from_weights(weights: Tensor, *, method: str = "argmax", threshold: fl
     if method == "argmax":
         best = weights.argmax(-1)
         return {(int(best[t]), t) for t in range(weights.shape[0]) if weights[t].max() > 0}
+    if method == "mutual_argmax":
+        # ties go to the first index in both directions, as argmax does
+        rows, columns = weights.argmax(-1), weights.argmax(0)
+        return {
+            (int(rows[t]), t)
+            for t in range(weights.shape[0])
+            if weights[t].max() > 0 and int(columns[rows[t]]) == t
+        }
     if method == "threshold":
         return {(int(s), int(t)) for t, s in torch.nonzero(weights >= threshold).tolist()}
-    raise ValueError(f"method must be 'argmax' or 'threshold', got {method!r}")
+    raise ValueError(
+        f"method must be 'argmax', 'mutual_argmax' or 'threshold', got {method!r}"
+    )
 
 
 def as_links(links: LinkInput) -> Links:

@@ -1,11 +1,11 @@
 """A translation model's word alignments read in each of the ways issue 21 compares, with their
-alignment error rate: naive attention, Shift-Att, the alignment head, and both directions
-symmetrized (survey §4.2; Chen et al. 2020; Garg et al. 2019; Koehn et al. 2003).
+alignment error rate: naive attention, Shift-Att, the alignment head, the agreement of the last
+two, and both directions symmetrized (survey §4.2; Chen et al. 2020; Garg et al. 2019; Liang et
+al. 2006; Koehn et al. 2003).
 
 Every reading starts from one teacher-forced pass of the reference (forced decoding,
 :func:`forced_attention`): the decoder reads ``BOS, y_0, …, y_{T-1}`` and predicts
-``y_0, …, y_{T-1}, EOS``. Then, per target word ``y_i``, its argmax source word
-(:func:`attnkit.evaluate.links_from_weights`) from:
+``y_0, …, y_{T-1}, EOS``. Each reading is a matrix ``[T, S]`` per sentence (:data:`READINGS`):
 
 - ``"naive"``: the model's own attention (``Seq2SeqOutput.weights``: a Transformer's last layer,
   heads averaged; an RNN decoder's attention) at step ``i``, the step that *outputs* ``y_i``;
@@ -14,7 +14,15 @@ Every reading starts from one teacher-forced pass of the reference (forced decod
   the development sentences (without them: every layer and head averaged). An RNN decoder has
   one attention, so only the step changes;
 - ``"alignment_head"``: a model's dedicated alignment head (``Seq2SeqOutput.alignment``), read
-  at step ``i`` with the full target context (Garg et al. 2019).
+  at step ``i`` with the full target context (Garg et al. 2019);
+- ``"alignment_head_x_shift_att"``: the two previous readings multiplied weight by weight — a
+  link is strong only where both agree, as Liang et al. (2006) combine two aligners' link
+  posteriors by their product.
+
+and each is turned into links (:data:`EXTRACTIONS`, :func:`attnkit.evaluate.links_from_weights`)
+by ``"argmax"`` (each target word to its largest weight; the method keeps the reading's name) or
+``"mutual_argmax"`` (only links that are the largest of their row and column, SimAlign's ArgMax;
+the method is named ``"<reading>+mutual_argmax"``).
 
 :func:`compare_alignment_methods` scores each on the test sentences and, when development
 sentences are given, on those, naming the best on the development part (choices are made there
@@ -43,7 +51,17 @@ from attnkit.evaluate.attention_alignment import (
 from attnkit.interpret.cross_attention import record_cross_attention
 from attnkit.models import TransformerSeq2Seq
 
-METHODS = ("naive", "shift_att", "alignment_head")
+READINGS = ("naive", "shift_att", "alignment_head", "alignment_head_x_shift_att")
+EXTRACTIONS = ("argmax", "mutual_argmax")
+
+
+def method_name(reading: str, extraction: str) -> str:
+    """The key of a (reading, extraction) pair: the reading's name for argmax links,
+    ``"<reading>+<extraction>"`` otherwise (``"alignment_head+mutual_argmax"``)."""
+    return reading if extraction == "argmax" else f"{reading}+{extraction}"
+
+
+METHODS = tuple(method_name(r, e) for e in EXTRACTIONS for r in READINGS)
 # the cross-attention modules of attnkit.models.TransformerSeq2Seq, bottom layer first
 TRANSFORMER_CROSS_ATTENTION = ("transformer.decoder.layers.*.multihead_attn",)
 
@@ -101,8 +119,9 @@ def forced_attention(
 
 @dataclass(frozen=True)
 class MethodResult:
-    """One reading's links and AER. ``dev_*`` are ``None`` without development sentences;
-    ``choice`` is Shift-Att's layers and heads (``None`` for the other readings)."""
+    """One method's links and AER (``method``: :func:`method_name` of its reading and
+    extraction). ``dev_*`` are ``None`` without development sentences; ``choice`` is Shift-Att's
+    layers and heads (``None`` for readings without Shift-Att)."""
 
     method: str
     aer: float
@@ -140,19 +159,22 @@ def compare_alignment_methods(
     test_examples: Sequence[Example],
     dev: Sequence[ForcedAttention] | None = None,
     dev_examples: Sequence[Example] | None = None,
+    extractions: Sequence[str] = EXTRACTIONS,
 ) -> dict[str, MethodResult]:
-    """Every reading of :data:`METHODS` the model has, scored.
+    """Every reading of :data:`READINGS` the model has, with each extraction, scored.
 
     Args:
         test, test_examples: the held-out sentences' attention (:func:`forced_attention`) and
             the examples with their ``sure``/``possible`` gold links.
         dev, dev_examples: the development sentences, where Shift-Att's layers and heads are
-            chosen (:func:`attnkit.evaluate.choose_attention`); ``None``: every layer and head
-            averaged.
+            chosen (:func:`attnkit.evaluate.choose_attention`, on argmax links); ``None``:
+            every layer and head averaged.
+        extractions: link extractions of :data:`EXTRACTIONS` to score.
 
     Returns:
-        ``{method: MethodResult}`` in the order of :data:`METHODS`, ``"alignment_head"`` only
-        when the model has one.
+        ``{method: MethodResult}``, all argmax methods first (in the order of
+        :data:`READINGS`), then each further extraction's; the alignment-head readings only when
+        the model has a head.
     """
     if len(test) != len(test_examples):
         raise ValueError(f"{len(test)} readings for {len(test_examples)} test examples")
@@ -160,21 +182,9 @@ def compare_alignment_methods(
         raise ValueError("give both dev and dev_examples, or neither")
     if dev is not None and dev_examples is not None and len(dev) != len(dev_examples):
         raise ValueError(f"{len(dev)} readings for {len(dev_examples)} development examples")
-    results: dict[str, MethodResult] = {}
-
-    def scored(method: str, read, choice: AttentionChoice | None = None) -> MethodResult:
-        links = [links_from_weights(read(r)) for r in test]
-        dev_links = None if dev is None else [links_from_weights(read(r)) for r in dev]
-        return MethodResult(
-            method,
-            _aer(links, test_examples),
-            links,
-            None if dev_links is None else _aer(dev_links, dev_examples),  # type: ignore[arg-type]
-            dev_links,
-            choice,
-        )
-
-    results["naive"] = scored("naive", lambda r: r.naive)
+    unknown = [e for e in extractions if e not in EXTRACTIONS]
+    if unknown or not extractions:
+        raise ValueError(f"extractions: expected some of {EXTRACTIONS}, got {tuple(extractions)}")
     if dev is not None and dev_examples is not None:
         sure, possible = _gold(dev_examples)
         choice, _ = choose_attention(_shift_rows(dev), sure, possible)
@@ -187,11 +197,30 @@ def compare_alignment_methods(
             decoder_step_rows(r.steps, r.naive.shape[0], "input"), choice.layers, choice.heads
         )
 
-    results["shift_att"] = scored("shift_att", shifted, choice)
+    reads = {"naive": lambda r: r.naive, "shift_att": shifted}
     if all(r.head is not None for r in test) and (
         dev is None or all(r.head is not None for r in dev)
     ):
-        results["alignment_head"] = scored("alignment_head", lambda r: r.head)
+        reads["alignment_head"] = lambda r: r.head
+        reads["alignment_head_x_shift_att"] = lambda r: r.head * shifted(r)
+    results: dict[str, MethodResult] = {}
+    for extraction in extractions:
+        for reading, read in reads.items():
+            links = [links_from_weights(read(r), method=extraction) for r in test]
+            dev_links = (
+                None
+                if dev is None
+                else [links_from_weights(read(r), method=extraction) for r in dev]
+            )
+            method = method_name(reading, extraction)
+            results[method] = MethodResult(
+                method,
+                _aer(links, test_examples),
+                links,
+                None if dev_links is None else _aer(dev_links, dev_examples),  # type: ignore[arg-type]
+                dev_links,
+                choice if "shift_att" in reading else None,
+            )
     return results
 
 

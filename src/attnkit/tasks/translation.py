@@ -61,17 +61,36 @@ from attnkit.tasks.alignment_methods import (
 from attnkit.tasks.job import Job, Log, Presentation, RunDirectory, register_job
 
 # How the report names each reading of attnkit.tasks.alignment_methods.
-METHOD_NAMES = {
+READING_NAMES = {
     "naive": "naive attention",
     "shift_att": "Shift-Att",
     "alignment_head": "alignment head",
+    "alignment_head_x_shift_att": "alignment head × Shift-Att",
 }
+
+
+def method_title(method: str) -> str:
+    """A method key of :func:`attnkit.tasks.alignment_methods.compare_alignment_methods` in
+    words: ``"alignment_head+mutual_argmax"`` → ``"alignment head, mutual argmax"``."""
+    reading, _, extraction = method.partition("+")
+    title = READING_NAMES.get(reading, reading)
+    return f"{title}, {extraction.replace('_', ' ')}" if extraction else title
+
+
 # Sentences each report translates; "I love you." is the seeds' running example (seed 000 Fig. 1).
 SHOWCASE = ["I love you.", "I am cold.", "He is my brother.", "Where is the station?"]
 
 
 def load_examples(config: RunConfig) -> dict[str, list[Example]]:
-    """The corpus of ``config.data``, split into "train", "valid" and "test"."""
+    """The corpus of ``config.data``, split into "train", "valid" and "test"; with
+    ``data.reverse`` every pair the other way (:meth:`~attnkit.data.corpus.Example.reversed`)."""
+    examples = _load_corpus(config)
+    if config.data.reverse:
+        return {split: [e.reversed() for e in pairs] for split, pairs in examples.items()}
+    return examples
+
+
+def _load_corpus(config: RunConfig) -> dict[str, list[Example]]:
     data = config.data
     if data.corpus == "tatoeba":
         return load_tatoeba(max_length=data.max_length, max_pairs=data.max_pairs)
@@ -432,7 +451,7 @@ class TranslationJob(Job):
         if "aer" in results:
             rows["test AER"] = f"{results['aer']:.3f}"
         for method, scores in results.get("alignment", {}).get("methods", {}).items():
-            rows[f"test AER, {METHOD_NAMES[method]}"] = (
+            rows[f"test AER, {method_title(method)}"] = (
                 f"{scores['aer']:.3f} (dev {scores['dev_aer']:.3f}{_choice(scores)})"
             )
         if "tatoeba_gold" in results:
@@ -455,7 +474,7 @@ class TranslationJob(Job):
             for method, scores in alignment["methods"].items():
                 best = "   best on dev" if method == alignment["best_on_dev"] else ""
                 lines.append(
-                    f"  AER {METHOD_NAMES[method]:<16} {scores['aer']:.4f}   (dev "
+                    f"  AER {method_title(method):<40} {scores['aer']:.4f}   (dev "
                     f"{scores['dev_aer']:.4f}{_choice(scores)}){best}"
                 )
         if "tatoeba_gold" in results:
@@ -473,7 +492,7 @@ class TranslationJob(Job):
         if alignment:
             best = alignment["best_on_dev"]
             message += (
-                f" (best on dev: {METHOD_NAMES[best]}, AER {alignment['methods'][best]['aer']:.3f})"
+                f" (best on dev: {method_title(best)}, AER {alignment['methods'][best]['aer']:.3f})"
             )
         if "tatoeba_gold" in results:
             gold = results["tatoeba_gold"]
