@@ -75,10 +75,13 @@ def maxrss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def peak_memory_mib(script: str, spec: dict, timeout: float = 1800) -> float | None:
+def peak_memory_mib(
+    script: str, spec: dict, timeout: float = 1800, env: dict[str, str] | None = None
+) -> float | None:
     """Peak memory of one configuration beyond its baseline: run ``script --measure SPEC`` twice
     in fresh processes, with and without the call, and subtract. None if the run failed (for
-    example, out of memory)."""
+    example, out of memory). ``env``: variables added to the processes' environment (e.g.
+    glibc's ``MALLOC_MMAP_THRESHOLD_``)."""
     results = []
     for baseline in (True, False):
         payload = json.dumps({**spec, "baseline": baseline})
@@ -88,6 +91,7 @@ def peak_memory_mib(script: str, spec: dict, timeout: float = 1800) -> float | N
                 capture_output=True,
                 text=True,
                 timeout=timeout,
+                env=None if env is None else {**os.environ, **env},
             )
         except subprocess.TimeoutExpired:
             return None

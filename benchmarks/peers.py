@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import gc
 import importlib.util
 import json
@@ -124,6 +125,15 @@ def measure(payload: str) -> None:
     if not spec["baseline"]:
         fn()
     print(common.maxrss_mib())
+
+
+def malloc_env(args: argparse.Namespace) -> dict[str, str] | None:
+    """With ``--mmap-threshold``, glibc serves every allocation from that size up by mmap and
+    returns it to the OS when freed (a fixed threshold; the default one grows up to 32 MiB as
+    large blocks are freed, and blocks below it stay in the heap, counted in the peak RSS)."""
+    if args.mmap_threshold is None:
+        return None
+    return {"MALLOC_MMAP_THRESHOLD_": str(args.mmap_threshold)}
 
 
 def max_abs(a: object, b: object) -> float:
@@ -198,7 +208,11 @@ def run_config(row: Row, cfg: dict, args: argparse.Namespace, memory: bool) -> l
     mems: dict[str, float | None] = {}
     for impl in fns:
         spec = {"row": row.name, "cfg": cfg, "impl": impl, "threads": args.threads}
-        mems[impl] = common.peak_memory_mib(str(HERE), spec, timeout=7200) if memory else None
+        mems[impl] = (
+            common.peak_memory_mib(str(HERE), spec, timeout=7200, env=malloc_env(args))
+            if memory
+            else None
+        )
     reference = row.reference(cfg) if row.reference else None
     out = []
     for impl, peer in row.peers.items():
@@ -342,11 +356,19 @@ HEADER = [
 
 
 def run_row(row: Row, args: argparse.Namespace) -> list[str]:
+    load = os.getloadavg()[0]
     rows = []
     for i, cfg in enumerate(row.configs(args.quick)):
         memory = not args.no_memory and (not args.quick or i == 0)
         rows += run_config(row, cfg, args, memory)
-    lines = [f"### {row.title}", "", common.table(HEADER, rows), ""]
+    repeats = min(args.repeats, row.max_repeats or args.repeats)
+    how = (
+        f"Measured {datetime.date.today()}: medians of {repeats} interleaved rounds (at most 2 "
+        f"above n = 4096), {args.threads} thread(s), load average {load:.1f} at the start"
+    )
+    if args.mmap_threshold is not None:
+        how += f"; memory with MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}"
+    lines = [f"### {row.title}", "", how + ".", "", common.table(HEADER, rows), ""]
     if row.note:
         lines += [row.note, ""]
     return lines
@@ -355,11 +377,11 @@ def run_row(row: Row, args: argparse.Namespace) -> list[str]:
 RAW = HERE.parent / "results" / "peers.json"
 
 
-def section(blocks: dict[str, list[str]], threads: int, repeats: int) -> list[str]:
+def section(blocks: dict[str, list[str]]) -> list[str]:
     intro = (
         "attnkit against the implementation a user would otherwise reach for, each pair on the "
-        "same inputs and weights in one process, interleaved (medians of "
-        f"{repeats} rounds, 2 above n = 4096, 3 for decoding), {threads} thread(s). attnkit/peer is the ratio of "
+        "same inputs and weights in one process, interleaved (medians; each row says how many "
+        "rounds, threads and what load). attnkit/peer is the ratio of "
         "times: < 1 = attnkit faster. Memory: peak RSS of one warm call beyond the RSS before it, "
         "in a fresh process per implementation. agree: the largest absolute difference of "
         "attnkit's output from the peer's (or from a float64 reference, where the peer differs "
@@ -383,6 +405,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="interleaved rounds (default 5; quick 1)")
     parser.add_argument("--no-memory", action="store_true", help="times only")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--mmap-threshold",
+        type=int,
+        help="glibc MALLOC_MMAP_THRESHOLD_ (bytes) for the memory processes: large blocks go "
+        "back to the OS when freed, so the peak RSS is closer to the tensors' (not the default)",
+    )
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     parser.add_argument(
         "--max-gib",
@@ -413,7 +441,7 @@ def main() -> None:
     saved.update(blocks)  # rows not measured now keep their last measurement
     numbers.update(NUMBERS)
     RAW.write_text(json.dumps({**saved, "_numbers": numbers}, indent=1))
-    lines = section(saved, args.threads, args.repeats)
+    lines = section(saved)
     common.save_section("peers", lines, targets(numbers), note=f"{args.threads} thread(s).")
     print(f"wrote {common.write_docs()}")
 
