@@ -150,7 +150,11 @@ def write_docs() -> Path:
         out += section["lines"]
         out += [f"_Measured {section['date']}. {section.get('note') or ''}_".replace(" _", "_"), ""]
         targets += section["targets"]
-    rows = [[t, v, "—" if ok is None else ("met" if ok else "**not met**")] for t, v, ok in targets]
-    out += ["## Targets", "", table(["target", "measured", "status"], rows), ""]
+    rows = [
+        [t, v, "—" if ok is None else ("met" if ok else "**not met**"), why]
+        for t, v, ok, *rest in targets
+        for why in [rest[0] if rest else ""]
+    ]
+    out += ["## Targets", "", table(["target", "measured", "status", "why not met"], rows), ""]
     DOCS.write_text("\n".join(out))
     return DOCS
