@@ -328,16 +328,14 @@ def targets(numbers: dict) -> list[tuple[str, str, bool | None, str]]:
         1.05,
     )
     both = lambda cfg: cfg.get("mode") == "fwd+bwd"  # noqa: E731
-    add(
-        "18(d) sparsemax/1.5-entmax fwd+bwd, time <= entmax",
-        _worst(numbers, "entmax", "entmax", both),
-        1.0,
-    )
-    add(
-        "18(d) sparsemax/1.5-entmax fwd+bwd, memory <= entmax",
-        _worst(numbers, "entmax", "entmax", both, memory=True),
-        1.0,
-    )
+    for align in ("sparsemax", "entmax15"):
+        of = lambda cfg, align=align: both(cfg) and cfg.get("align") == align  # noqa: E731
+        add(f"18(d) {align} fwd+bwd, time <= entmax", _worst(numbers, "entmax", "entmax", of), 1.0)
+        add(
+            f"18(d) {align} fwd+bwd, memory <= entmax",
+            _worst(numbers, "entmax", "entmax", of, memory=True),
+            1.0,
+        )
     add("18(e) Nyström, time <= nystrom-attention", _worst(numbers, "nystrom", "peer"), 1.0)
     causal = lambda cfg: cfg.get("causal") is True  # noqa: E731
     add("18(e) causal LSH, time <= reformer-pytorch", _worst(numbers, "lsh", "peer", causal), 1.0)
@@ -375,7 +373,8 @@ HEADER = [
 def run_row(row: Row, args: argparse.Namespace) -> list[str]:
     load = os.getloadavg()[0]
     rows = []
-    for i, cfg in enumerate(row.configs(args.quick)):
+    configs = [c for c in row.configs(args.quick) if c.get("n", 0) <= (args.max_n or math.inf)]
+    for i, cfg in enumerate(configs):
         memory = not args.no_memory and (not args.quick or i == 0)
         rows += run_config(row, cfg, args, memory)
     repeats = min(args.repeats, row.max_repeats or args.repeats)
@@ -385,6 +384,8 @@ def run_row(row: Row, args: argparse.Namespace) -> list[str]:
     )
     if args.mmap_threshold is not None:
         how += f"; memory with MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}"
+    if args.max_n is not None and len(configs) < len(row.configs(args.quick)):
+        how += f"; only n <= {args.max_n} this time (`--max-n`)"
     lines = [f"### {row.title}", "", how + ".", "", common.table(HEADER, rows), ""]
     if row.note:
         lines += [row.note, ""]
@@ -422,6 +423,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="interleaved rounds (default 5; quick 1)")
     parser.add_argument("--no-memory", action="store_true", help="times only")
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--max-n", type=int, help="skip configurations with a larger n")
     parser.add_argument(
         "--mmap-threshold",
         type=int,
