@@ -284,6 +284,15 @@ WHY_MISSED = {
         "(`ak.attention` on the module's head views peaks at 280 MiB at n = 2048, as the "
         "formula does) but in the module around it, not isolated further (measured 2026-11-25)"
     ),
+    "18(e) Nyström, time <= nystrom-attention": (
+        "level at n = 1024 and 4096 (0.99x, 1.00x), 1.03x at 16384. A torch.profiler run of one "
+        "fwd+bwd at n = 16384 (2026-11-25, 1 thread) finds the same matrix products in both "
+        "(mm 1.04 vs 1.07 s, bmm 0.35 vs 0.42 s) and what attnkit adds: the engine's check "
+        "that q, k, v are finite (aminmax, 62 ms) and more layout copies (copy_ 186 vs 96 ms) "
+        "— about the 67 ms it is behind. The check decides whether keys no query may attend "
+        "must be zeroed so that NaN or inf there reaches no output (docs/reliability.md); it "
+        "is kept"
+    ),
 }
 
 
