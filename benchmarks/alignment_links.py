@@ -25,10 +25,12 @@ from pathlib import Path
 
 import torch
 
+from attnkit.data.corpus import Example
 from attnkit.data.pharaoh import format_pharaoh
 from attnkit.run import Run
 from attnkit.tasks.alignment_methods import (
     MethodResult,
+    best_on_dev,
     compare_alignment_methods,
     forced_attention,
     symmetrize_methods,
@@ -38,8 +40,11 @@ from attnkit.tasks.translation import load_examples, method_title
 TEST_SENTENCES = 347  # Hansards gold sentences 101–447
 
 
-def readings(run_dir: Path, root: str | None) -> tuple[Run, dict[str, MethodResult]]:
-    """Every method of the run's newest checkpoint, scored on the gold's test and dev parts."""
+def readings(
+    run_dir: Path, root: str | None
+) -> tuple[Run, dict[str, MethodResult], dict[str, list[Example]]]:
+    """Every method of the run's newest checkpoint, scored on the gold's test and dev parts,
+    with the run's examples."""
     run = Run.open(run_dir)
     if root is not None:
         run.config = run.config.model_copy(
@@ -66,13 +71,13 @@ def readings(run_dir: Path, root: str | None) -> tuple[Run, dict[str, MethodResu
             heads = "averaged" if result.choice.heads is None else list(result.choice.heads)
             where = f"layers {list(result.choice.layers)}, heads {heads}"
         print(f"| {method_title(name)} | {result.dev_aer:.3f} | {result.aer:.3f} | {where} |")
-    return run, methods
+    return run, methods, examples
 
 
-def best(methods: dict[str, MethodResult], argmax_only: bool = False) -> MethodResult:
-    """The method of lowest development AER (ties: the first)."""
-    candidates = [m for name, m in methods.items() if not (argmax_only and "+" in name)]
-    return min(candidates, key=lambda m: m.dev_aer)  # type: ignore[arg-type, return-value]
+def best_argmax(methods: dict[str, MethodResult]) -> MethodResult:
+    """The argmax method (one link per target word) of lowest development AER."""
+    argmax = {name: m for name, m in methods.items() if "+" not in name}
+    return argmax[best_on_dev(argmax)]
 
 
 def main() -> None:
@@ -83,17 +88,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    run, forward = readings(args.run_dir, args.root)
+    run, forward, examples = readings(args.run_dir, args.root)
     if run.config.data.reverse:
         raise SystemExit(f"{args.run_dir} translates French→English; give it as --backward")
-    chosen = best(forward)
+    chosen = forward[best_on_dev(forward)]
     choices = [(chosen.dev_aer, method_title(chosen.method), chosen.links)]
     if args.backward is not None:
-        back_run, backward = readings(args.backward, args.root)
+        back_run, backward, _ = readings(args.backward, args.root)
         if not back_run.config.data.reverse:
             raise SystemExit(f"--backward {args.backward}: not a French→English run")
-        f, b = best(forward, argmax_only=True), best(backward, argmax_only=True)
-        examples = load_examples(run.config)
+        f, b = best_argmax(forward), best_argmax(backward)
         method, scores, links = symmetrize_methods(f, b, examples["test"], examples["valid"])
         print(
             f"\nsymmetrized: {method_title(f.method)} (English→French) with "

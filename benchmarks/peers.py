@@ -382,7 +382,8 @@ HEADER = [
 def run_row(row: Row, args: argparse.Namespace) -> list[str]:
     load = os.getloadavg()[0]
     rows = []
-    configs = [c for c in row.configs(args.quick) if c.get("n", 0) <= (args.max_n or math.inf)]
+    every = row.configs(args.quick)
+    configs = [c for c in every if c.get("n", 0) <= (args.max_n or math.inf)]
     for i, cfg in enumerate(configs):
         memory = not args.no_memory and (not args.quick or i == 0)
         rows += run_config(row, cfg, args, memory)
@@ -393,7 +394,7 @@ def run_row(row: Row, args: argparse.Namespace) -> list[str]:
     )
     if args.mmap_threshold is not None:
         how += f"; memory with MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}"
-    if args.max_n is not None and len(configs) < len(row.configs(args.quick)):
+    if len(configs) < len(every):
         how += f"; only n <= {args.max_n} this time (`--max-n`)"
     lines = [f"### {row.title}", "", how + ".", "", common.table(HEADER, rows), ""]
     if row.note:

@@ -197,20 +197,28 @@ def compare_alignment_methods(
             decoder_step_rows(r.steps, r.naive.shape[0], "input"), choice.layers, choice.heads
         )
 
-    reads = {"naive": lambda r: r.naive, "shift_att": shifted}
+    Matrices = tuple[list[Tensor], list[Tensor] | None]  # test sentences', dev sentences'
+
+    def matrices(read) -> Matrices:  # each reading computed once, whatever the extractions
+        return [read(r) for r in test], None if dev is None else [read(r) for r in dev]
+
+    shift = matrices(shifted)
+    matrix = {"naive": matrices(lambda r: r.naive), "shift_att": shift}
     if all(r.head is not None for r in test) and (
         dev is None or all(r.head is not None for r in dev)
     ):
-        reads["alignment_head"] = lambda r: r.head
-        reads["alignment_head_x_shift_att"] = lambda r: r.head * shifted(r)
+        head = matrix["alignment_head"] = matrices(lambda r: r.head)
+        test_product = [h * w for h, w in zip(head[0], shift[0], strict=True)]
+        dev_product = None
+        if head[1] is not None and shift[1] is not None:
+            dev_product = [h * w for h, w in zip(head[1], shift[1], strict=True)]
+        matrix["alignment_head_x_shift_att"] = (test_product, dev_product)
     results: dict[str, MethodResult] = {}
     for extraction in extractions:
-        for reading, read in reads.items():
-            links = [links_from_weights(read(r), method=extraction) for r in test]
+        for reading, (test_w, dev_w) in matrix.items():
+            links = [links_from_weights(w, method=extraction) for w in test_w]
             dev_links = (
-                None
-                if dev is None
-                else [links_from_weights(read(r), method=extraction) for r in dev]
+                None if dev_w is None else [links_from_weights(w, method=extraction) for w in dev_w]
             )
             method = method_name(reading, extraction)
             results[method] = MethodResult(
