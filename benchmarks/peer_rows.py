@@ -90,8 +90,9 @@ def detach(out: object) -> object:
 
 
 def timed(call: Callable[[], object], leaves: list[Tensor], backward: bool) -> Callable[[], object]:
-    """``call`` under no_grad, or forward+backward of its (first) output's sum; returns the
-    forward output, detached."""
+    """``call`` under no_grad, or forward+backward of its (first) output from a dense all-ones
+    gradient (as a loss gives, not ``.sum()``'s stride-0 one, which a Linear copies); returns
+    the forward output, detached."""
     if not backward:
 
         def forward() -> object:
@@ -104,7 +105,8 @@ def timed(call: Callable[[], object], leaves: list[Tensor], backward: bool) -> C
         for t in leaves:
             t.grad = None
         out = call()
-        (out[0] if isinstance(out, tuple) else out).sum().backward()
+        first = out[0] if isinstance(out, tuple) else out
+        first.backward(torch.ones_like(first))
         return detach(out)
 
     return forward_backward
@@ -541,7 +543,11 @@ ROWS = [
         reference=exact_reference,
         note="agree: max |Δ| from the peer; then both errors from exact softmax attention in "
         "float64 (attnkit / peer). The same features ω, but performer-pytorch adds 1e-4 to every "
-        "feature, so the estimates differ by design.",
+        "feature after its stabiliser, which outweighs most key features and pulls its output "
+        "towards the mean of v. Measured at n = 4096 non-causal (2026-11-25): attnkit is 1.4e-7 "
+        "(mean |Δ|) from FAVOR+ computed in float64 with the same ω and no ε, and so is "
+        "performer-pytorch with eps=0; against exact attention both then err by 0.096, the peer "
+        "with its ε by 0.0163, and the mean of v alone by 0.0163.",
     ),
     Row(
         "performer_relu",

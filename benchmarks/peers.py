@@ -23,7 +23,11 @@ then makes the call again; a baseline process stops before the second call
 peer's, or from a float64 reference where the peer computes something different by design.
 
 Rows (``--only NAME``), B = 1, H = 8, d = 64, fp32 unless stated; "fwd" runs under no_grad,
-"fwd+bwd" backpropagates ``output.sum()`` to the inputs (and parameters):
+"fwd+bwd" backpropagates a dense all-ones gradient of the output to the inputs (and parameters).
+Rows measured before that (their "Measured" line does not say "dense gradient") backpropagated
+``output.sum()``, whose gradient is one value broadcast by stride 0; a ``Linear`` that receives it
+copies it before its matrix products, and a peer that slices its output (nystrom-attention's
+``out[:, -n:]``) had a dense gradient where attnkit had the broadcast one:
 
 * ``mha``: ``ak.MultiHeadAttention(512, 8, batch_first=True)`` loaded with the state_dict of
   ``torch.nn.MultiheadAttention(512, 8, batch_first=True)``, self-attention x [2, n, 512],
@@ -284,15 +288,6 @@ WHY_MISSED = {
         "(`ak.attention` on the module's head views peaks at 280 MiB at n = 2048, as the "
         "formula does) but in the module around it, not isolated further (measured 2026-11-25)"
     ),
-    "18(e) Nyström, time <= nystrom-attention": (
-        "level at n = 1024 and 4096 (0.99x, 1.00x), 1.03x at 16384. A torch.profiler run of one "
-        "fwd+bwd at n = 16384 (2026-11-25, 1 thread) finds the same matrix products in both "
-        "(mm 1.04 vs 1.07 s, bmm 0.35 vs 0.42 s) and what attnkit adds: the engine's check "
-        "that q, k, v are finite (aminmax, 62 ms) and more layout copies (copy_ 186 vs 96 ms) "
-        "— about the 67 ms it is behind. The check decides whether keys no query may attend "
-        "must be zeroed so that NaN or inf there reaches no output (docs/reliability.md); it "
-        "is kept"
-    ),
 }
 
 
@@ -390,7 +385,8 @@ def run_row(row: Row, args: argparse.Namespace) -> list[str]:
     repeats = min(args.repeats, row.max_repeats or args.repeats)
     how = (
         f"Measured {datetime.date.today()}: medians of {repeats} interleaved rounds (at most 2 "
-        f"above n = 4096), {args.threads} thread(s), load average {load:.1f} at the start"
+        f"above n = 4096), {args.threads} thread(s), load average {load:.1f} at the start; "
+        "fwd+bwd from a dense gradient"
     )
     if args.mmap_threshold is not None:
         how += f"; memory with MALLOC_MMAP_THRESHOLD_={args.mmap_threshold}"

@@ -91,3 +91,30 @@ def test_no_admissible_key_gives_zeros_not_nan(name: str) -> None:
     out.sum().backward()
     for grad in _grads(q, k, v):
         assert torch.isfinite(grad).all()
+
+
+@pytest.mark.parametrize("name", list(ALL_KINDS))
+@pytest.mark.parametrize("junk", [float("nan"), float("inf")])
+def test_non_finite_padding_keys_reach_no_output_and_no_gradient(name: str, junk: float) -> None:
+    fn = ALL_KINDS[name]
+    q, k, v = _inputs()
+    k[:, :, L - 7 :] = junk  # the padding of both sequences holds garbage
+    v[:, :, L - 7 :] = junk
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    mask = ak.masks.padding(torch.tensor([L - 7, L - 7]), L)
+    out = fn(q, k, v, mask=mask).context
+    assert torch.isfinite(out).all()
+    out.sum().backward()
+    for grad in _grads(q, k, v):
+        assert torch.isfinite(grad[:, :, : L - 7]).all()
+
+
+@pytest.mark.parametrize("name", ["nystrom", "linformer", "performer", "linear", "lsh_buckets"])
+def test_nan_in_an_attended_value_reaches_the_output(name: str) -> None:
+    """Without a mask every key is attended, so nothing may hide a NaN there: it shows."""
+    fn = ALL_KINDS[name]
+    q, k, v = _inputs()
+    v[0, 0, 5, 0] = float("nan")
+    out = fn(q, k, v).context
+    assert torch.isnan(out[0, 0]).any()
+    assert torch.isfinite(out[1]).all()  # the other sequence does not read it

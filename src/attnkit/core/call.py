@@ -224,8 +224,16 @@ def prepare(
     return_lse: bool = False,
     summary: str | None = None,
     weights_after_dropout: bool = False,
+    scan_finite: bool = True,
 ) -> AttentionCall:
-    """Check the arguments of :func:`attnkit.attention` and normalise them (see module doc)."""
+    """Check the arguments of :func:`attnkit.attention` and normalise them (see module doc).
+
+    ``scan_finite=False`` is for callers that read no ``finite`` (the efficient kinds, which
+    have no fused kernel to protect): the inputs are then scanned for NaN and infinities only
+    when a mask may hide a key from every query (its key and value must then reach no output);
+    otherwise ``finite`` stays ``True`` unchecked, which changes no result, since a NaN in a key
+    that some query attends reaches that query's output either way. Causal masking alone hides
+    no key from every query (the last query sees them all), so it needs no scan."""
     _check_tensors(q, k, v)
     check_summary(summary)
     score_obj = resolve_score(score)
@@ -272,6 +280,7 @@ def prepare(
         probe = mask_mod(*index_grids(b, h, min(m, 1), min(n, 1), q.device))
         if not isinstance(probe, Tensor) or probe.dtype != torch.bool:
             raise TypeError(f"mask_mod must return a bool tensor, got {type(probe).__name__}")
+    scan = scan_finite or allowed is not None or mask_mod is not None
     call = AttentionCall(
         q=q,
         k=k,
@@ -290,7 +299,7 @@ def prepare(
         summary=summary,
         return_lse=return_lse,
         weights_after_dropout=bool(weights_after_dropout),
-        finite=_all_finite(q, k, v, bias),
+        finite=_all_finite(q, k, v, bias) if scan else True,
     )
     return call if call.finite else _without_unreachable_keys(call)
 

@@ -136,6 +136,7 @@ def check_call(
         causal=causal,
         scale=scale,
         dropout=dropout,
+        scan_finite=False,  # no fused kernel to protect; prepare scans when a mask hides keys
     )
     if type(call.score) not in (ScaledDot, Dot):
         raise ValueError(

@@ -50,8 +50,10 @@ def segment_means(x: Tensor, landmarks: int, keep: Tensor | None = None) -> tupl
     (bool broadcastable to ``[B, H, L]``) → ``([B, H, m, d], nonempty [B', H', m])``."""
     length = x.shape[-2]
     if keep is None and length % landmarks == 0:
-        # equal segments: a reshape and a mean (no [m, L] assignment matrix to build and multiply)
-        means = x.unflatten(-2, (landmarks, length // landmarks)).mean(-2)
+        # equal segments: a reshape and a sum (no [m, L] assignment matrix to build and
+        # multiply); dividing the [m, d] sums, not the rows, keeps the backward to one expand
+        size = length // landmarks
+        means = x.unflatten(-2, (landmarks, size)).sum(-2) / size
         return means, torch.ones(landmarks, dtype=torch.bool, device=x.device)
     segment = torch.arange(length, device=x.device) * landmarks // max(length, 1)
     assign = (segment == torch.arange(landmarks, device=x.device)[:, None]).to(x.dtype)  # [m, L]

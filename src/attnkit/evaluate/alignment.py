@@ -76,9 +76,7 @@ def links_from_weights(weights: Tensor, *, method: str = "argmax", threshold: fl
         }
     if method == "threshold":
         return {(int(s), int(t)) for t, s in torch.nonzero(weights >= threshold).tolist()}
-    raise ValueError(
-        f"method must be 'argmax', 'mutual_argmax' or 'threshold', got {method!r}"
-    )
+    raise ValueError(f"method must be 'argmax', 'mutual_argmax' or 'threshold', got {method!r}")
 
 
 def as_links(links: LinkInput) -> Links:
