@@ -6,7 +6,7 @@ anyway. The cheapest way to produce it is the way ``torch.nn.functional.multi_he
 does: the scores by one GEMM straight into that buffer, softmax over it, one GEMM with ``v``
 (survey eq. 2-4)::
 
-    s = (scale · q') k'ᵀ + bias          # eq. (2), one GEMM; the scale on q' is O(M·d), not O(M·N)
+    s = scale · q' k'ᵀ + bias            # eq. (2), one GEMM, the scale its alpha (no O(M·N) pass)
     s[~mask] = -inf                      # in place
     a = softmax(s)                       # eq. (3); in place of s when nothing needs gradients
     c = dropout(a) v                     # eq. (4), one GEMM
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from attnkit.core.align import possibly
 from attnkit.core.call import AttentionCall, AttentionOutput
@@ -33,6 +34,33 @@ from attnkit.core.reference import score_features
 from attnkit.core.sdpa import scores_stay_finite
 from attnkit.core.summary import summarize
 from attnkit.core.tiled import tiled_attention
+
+
+def batched_gemm(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    """``alpha · a @ b [B, H, x, z]`` of ``a [B, H, x, y]`` and ``b [B, H, y, z]``.
+
+    The head views of a packed projection (``[N, L, 3E]`` split into heads) do not fold into
+    one batch axis, so ``matmul`` would copy them first, one more tensor at the peak beside the
+    weights. Without autograd they are read in place instead: one strided batched GEMM per index
+    of the shorter batch axis, into a new buffer (BLAS takes any row stride; at most
+    ``min(B, H)`` calls). With autograd, one GEMM with ``alpha`` (no pass over the product to
+    scale it) of the operands folded to 3-D."""
+    batch = a.shape[:-2]
+    if a.dim() != 4 or b.shape[:-2] != batch:  # broadcast batch axes: matmul folds them
+        return (a * alpha if alpha != 1.0 else a) @ b
+    shape = (*batch, a.shape[-2], b.shape[-1])
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        n = batch.numel()
+        a3, b3 = a.reshape(n, *a.shape[-2:]), b.reshape(n, *b.shape[-2:])
+        # beta = 0: the (scalar) input is ignored, so the GEMM writes straight into a new buffer
+        out = torch.baddbmm(a3.new_zeros(()), a3, b3, beta=0.0, alpha=alpha)
+        return out.view(shape)
+    out = a.new_empty(shape)
+    axis = 0 if batch[0] <= batch[1] else 1
+    for i in range(batch[axis]):
+        part = out.select(axis, i)
+        torch.baddbmm(part, a.select(axis, i), b.select(axis, i), beta=0.0, alpha=alpha, out=part)
+    return out
 
 
 def dense_attention(call: AttentionCall) -> AttentionOutput:
@@ -53,7 +81,7 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     v = call.v.to(qf.dtype)
     inputs = (qf, kf, v) if call.bias is None else (qf, kf, v, call.bias)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
-    s = (qf * scale) @ kf.transpose(-1, -2)  # [B, H, M, N]: the buffer the weights will fill
+    s = batched_gemm(qf, kf.transpose(-1, -2), scale)  # [B, H, M, N]: the weights' buffer
     if call.bias is not None:
         s += call.bias.to(s.dtype)  # in place: add's backward does not need s
     mask = call.full_mask()
@@ -78,7 +106,7 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     if keyless is not None:
         a = a.masked_fill(keyless, 0.0)
     a_used = F.dropout(a, call.dropout) if call.dropout > 0 else a
-    context = a_used @ v  # eq. (4)
+    context = batched_gemm(a_used, v)  # eq. (4)
     returned = a_used if call.weights_after_dropout else a
     return AttentionOutput(
         context=context.to(call.q.dtype),

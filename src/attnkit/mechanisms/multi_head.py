@@ -274,6 +274,23 @@ class MultiHeadAttention(nn.Module):
             f"add_zero_attn={self.add_zero_attn}, attention={self.attention!r}"
         )
 
+    def _heads(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Eq. (38) for every head, in the engine's layout: ``q [N, H, L, d_k]``,
+        ``k [N, G, S', d_k]``, ``v [N, G, S', d_v]`` (``S'`` counts ``bias_k`` and the zero key
+        when enabled)."""
+        n = query.shape[0]
+        q, k, v = self._project(query, key, value)
+        if self.bias_k is not None and self.bias_v is not None:
+            k = torch.cat([k, self.bias_k.expand(n, 1, -1)], 1)
+            v = torch.cat([v, self.bias_v.expand(n, 1, -1)], 1)
+        q = q.unflatten(-1, (self.num_heads, self.head_dim_k)).transpose(1, 2)
+        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim_k)).transpose(1, 2)
+        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim_v)).transpose(1, 2)
+        if self.add_zero_attn:
+            k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], 2)
+            v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], 2)
+        return q, k, v
+
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Eq. (38) for all heads at once: ``[N, L, H·d_k]``, ``[N, S, G·d_k]``, ``[N, S, G·d_v]``."""
         q_size, k_size, v_size = self._sizes
@@ -367,25 +384,14 @@ class MultiHeadAttention(nn.Module):
             allowed = tri if allowed is None else allowed & tri
             causal = False
 
-        q, k, v = self._project(query, key, value)  # eq. (38)
-        if self.bias_k is not None and self.bias_v is not None:
-            k = torch.cat([k, self.bias_k.expand(n, 1, -1)], 1)
-            v = torch.cat([v, self.bias_v.expand(n, 1, -1)], 1)
-        q = q.unflatten(-1, (self.num_heads, self.head_dim_k)).transpose(1, 2)  # [N, H, L, d_k]
-        k = k.unflatten(-1, (self.num_kv_heads, self.head_dim_k)).transpose(1, 2)  # [N, G, S, d_k]
-        v = v.unflatten(-1, (self.num_kv_heads, self.head_dim_v)).transpose(1, 2)  # [N, G, S, d_v]
-        if self.add_zero_attn:
-            k = torch.cat([k, k.new_zeros(*k.shape[:2], 1, k.shape[-1])], 2)
-            v = torch.cat([v, v.new_zeros(*v.shape[:2], 1, v.shape[-1])], 2)
-
         dropout = self.dropout if self.training else 0.0
         # only asked when it changes the weights: kinds other than exact take no such option
         asked = need_weights and weights_after_dropout and dropout > 0
         dropped = {"weights_after_dropout": True} if asked else {}
-        out = self.attention_kind(  # eq. (39), every head at once
-            q,
-            k,
-            v,
+        # eq. (38) and (39), every head at once; no name holds q, k, v, so without autograd the
+        # projections are freed as soon as the engine returns, before the weights' mean
+        attended = self.attention_kind(
+            *self._heads(query, key, value),
             score=self.score,
             align=self.align,
             mask=engine_mask(allowed, bias, extra),
@@ -394,7 +400,14 @@ class MultiHeadAttention(nn.Module):
             return_weights=need_weights,
             **dropped,
         )
-        context = out.context  # [N, H, L, d_v]
+        context = attended.context  # [N, H, L, d_v]
+        weights = attended.weights if need_weights else None
+        del attended  # no other reference: the per-head weights are freed by their mean below
+        if weights is not None and average_attn_weights:
+            # before the output is formed, so the [N, H, L, S] weights and the [N, L, E]
+            # context copies are never held at once (torch's peak: q, k, v, the weights, their
+            # mean and one [N, L, E] tensor)
+            weights = weights.mean(1)
         if not batched:
             context = context.transpose(1, 2).flatten(2)  # concat over heads: [N, L, H·d_v]
             output = self.out_proj(context)  # eq. (40)
@@ -404,9 +417,6 @@ class MultiHeadAttention(nn.Module):
             context = context.permute(2, 0, 1, 3).flatten(2)
             output = self.out_proj(context)  # eq. (40)
             output = output.transpose(0, 1) if self.batch_first else output
-        weights = out.weights if need_weights else None
-        if weights is not None and average_attn_weights:
-            weights = weights.mean(1)
         if not batched:
             output = output.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
