@@ -277,18 +277,7 @@ def _worst(
 
 
 #: for a target a row misses, what was measured to explain it (shown only while it is missed)
-WHY_MISSED = {
-    "18(a) MHA need_weights=True, memory <= torch's": (
-        "mostly glibc's allocator, not tensors: its mmap threshold grows to 32 MiB as large "
-        "blocks are freed, so at n = 512 the [2, 8, 512, 512] buffers (16 MiB) stay in the heap "
-        "and count in the peak RSS. With a fixed threshold on both sides (`python "
-        "benchmarks/peers.py --only mha --mmap-threshold 131072`), fwd+bwd is 0.90x torch's at "
-        "n = 512, 0.95x at 1024, 0.97x at 2048; the forward alone stays above torch's by 4, 8 "
-        "and 16 MiB at n = 512, 1024, 2048 (1.15x, 1.09x, 1.05x): not in the engine "
-        "(`ak.attention` on the module's head views peaks at 280 MiB at n = 2048, as the "
-        "formula does) but in the module around it, not isolated further (measured 2026-11-25)"
-    ),
-}
+WHY_MISSED: dict[str, str] = {}
 
 
 def targets(numbers: dict) -> list[tuple[str, str, bool | None, str]]:
