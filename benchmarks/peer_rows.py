@@ -522,6 +522,13 @@ ROWS = [
         ),
         {"entmax": Peer("entmax", "entmax", "entmax")},
         peer_gib=entmax_gib,
+        note="At n = 8192 the package's 1.5-entmax is not run. Its peak is 13.3 times the "
+        "[8, n, n] float32 scores (6,785 MiB at n = 4096, measured here), so about 27 GiB at "
+        "8192, more than this machine's 24 GiB; a run whose estimate had let it start was "
+        "killed by the kernel's OOM killer (2026-11-25). Its sparsemax, 8.3 times the scores, "
+        "ran: 16.9 GiB at n = 8192. attnkit's memory stays between 28 and 136 MiB from "
+        "n = 512 to 8192 for both (rows of queries at a time, so linear in n); the package's "
+        "grows as n².",
     ),
     Row(
         "nystrom",
