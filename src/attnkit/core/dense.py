@@ -37,19 +37,21 @@ from attnkit.core.tiled import tiled_attention
 
 
 def batched_gemm(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
-    """``alpha · a @ b [B, H, x, z]`` of ``a [B, H, x, y]`` and ``b [B, H, y, z]``.
+    """``alpha · a @ b [B, H, x, z]`` of ``a [B, H, x, y]`` and ``b [B, H, y, z]``: one GEMM with
+    ``alpha`` (no pass over the product to scale it) of the operands folded to 3-D.
 
     The head views of a packed projection (``[N, L, 3E]`` split into heads) do not fold into
-    one batch axis, so ``matmul`` would copy them first, one more tensor at the peak beside the
-    weights. Without autograd they are read in place instead: one strided batched GEMM per index
+    one batch axis, so folding would copy them, one more tensor at the peak beside the weights.
+    Without autograd such operands are read in place instead: one strided batched GEMM per index
     of the shorter batch axis, into a new buffer (BLAS takes any row stride; at most
-    ``min(B, H)`` calls). With autograd, one GEMM with ``alpha`` (no pass over the product to
-    scale it) of the operands folded to 3-D."""
+    ``min(B, H)`` calls)."""
     batch = a.shape[:-2]
     if a.dim() != 4 or b.shape[:-2] != batch:  # broadcast batch axes: matmul folds them
         return (a * alpha if alpha != 1.0 else a) @ b
     shape = (*batch, a.shape[-2], b.shape[-1])
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+    folds = all(t.stride(0) == t.shape[1] * t.stride(1) for t in (a, b))
+    grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+    if folds or grad:
         n = batch.numel()
         a3, b3 = a.reshape(n, *a.shape[-2:]), b.reshape(n, *b.shape[-2:])
         # beta = 0: the (scalar) input is ignored, so the GEMM writes straight into a new buffer
