@@ -5,6 +5,8 @@ import shutil
 import pytest
 import torch
 
+import attnkit.tasks  # noqa: F401  (registers the built-in tasks that configurations name)
+
 # `make test` runs two pytest workers on two cores: one thread each avoids oversubscription, under
 # which tiny torch ops were seen to take ~15 ms instead of microseconds.
 torch.set_num_threads(1)

@@ -24,11 +24,16 @@ def _demo(args: argparse.Namespace) -> int:
     return run(runs_dir=args.runs_dir, overrides=args.set, quiet=args.quiet)
 
 
-def _train(args: argparse.Namespace) -> int:
+def _load_config(path: str, overrides: Sequence[str]) -> RunConfig:
+    import attnkit.tasks  # noqa: F401  (registers the tasks a configuration's data.corpus names)
     from attnkit.config import load_config
 
+    return load_config(path, overrides)
+
+
+def _train(args: argparse.Namespace) -> int:
     overrides = [*(args.set or []), *(["train.tensorboard=true"] if args.tensorboard else [])]
-    config = load_config(args.config, overrides)  # validated before torch is imported
+    config = _load_config(args.config, overrides)  # validated before the run is touched
     if args.check:
         return _check(args, config)
     from attnkit.train import train
@@ -65,10 +70,9 @@ def _eval(args: argparse.Namespace) -> int:
     import json
 
     from attnkit.checkpoint import atomic_write
-    from attnkit.config import load_config
     from attnkit.run import Run
 
-    config = load_config(args.config, args.set) if args.config else None
+    config = _load_config(args.config, args.set) if args.config else None
     run = Run.open(args.run_dir, config)
     model, step = run.load_model(args.checkpoint)
     examples = run.job.examples
@@ -141,6 +145,7 @@ def _info(args: argparse.Namespace) -> int:
         f"machine: {platform.machine()}, {torch.get_num_threads()} threads, "
         f"CPU capability {torch.backends.cpu.get_cpu_capability()}"
     )
+    import attnkit.efficient  # noqa: F401  (registers the efficient kinds)
     from attnkit.core.kinds import kind_names
 
     print(f"attention kinds (MultiHeadAttention(attention=...)): {', '.join(kind_names())}")

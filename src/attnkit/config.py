@@ -22,10 +22,21 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from attnkit.core.registry import Registry
 
 
 class ConfigError(ValueError):
@@ -34,43 +45,49 @@ class ConfigError(ValueError):
 
 class _Section(BaseModel):
     # allow_inf_nan=False: `.inf`/`.nan` are refused where a number is expected (train.lr: .inf
-    # trained on NaN to the end, issue 20)
+    # trained on NaN to the end)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-#: the translation corpora; every other corpus is a classification task (``attnkit.tasks``)
-TRANSLATION_CORPORA = ("tatoeba", "hansards")
+#: the tasks a configuration's ``data.corpus`` can name. A task is one file of
+#: :mod:`attnkit.tasks` whose class (a classification ``Task`` or a ``Job``) registers itself with
+#: ``@TASKS.register(corpus)`` and declares, as class attributes, what this module validates:
+#:
+#: * ``models``: its model sections (subclasses of :class:`ModelSection`), the default first;
+#: * ``data_section``: its data section (:class:`DataConfig` or a subclass with keys of its own);
+#: * ``architecture_data_keys``: the data keys its checkpoints' tensors depend on;
+#: * ``check_config(config)``: a classmethod refusing combinations of keys (``ValueError``
+#:   starting with the key's path), or nothing to refuse.
+#:
+#: ``attnkit.tasks`` imports every built-in task; :func:`validate` needs them registered.
+TASKS: Registry[Any] = Registry("task (data.corpus)")
 
-#: which model kinds each corpus takes (the first is its usual one)
-CORPUS_MODELS: dict[str, tuple[str, ...]] = {
-    "tatoeba": ("rnn", "transformer"),
-    "hansards": ("rnn", "transformer"),
-    "movie_reviews": ("han",),
-    "rt_snippets": ("sentence",),
-    "tatoeba_match": ("co_attention",),
-    "target_sentiment": ("lcr_rot_hop",),
-    "fashion_mnist": ("vit", "glimpse"),
-    "karate": ("gat",),
-    "memory_qa": ("memory_network",),
-}
+
+class ModelSection(_Section):
+    """A model's configuration section: ``kind`` names the model (one a task accepts)."""
+
+    kind: str
+
+    def describe(self) -> str:
+        """The model in a few words, for reports and the attention viewer: the first line of
+        the section's docstring, then its variant key (``attention`` or ``style``) if any."""
+        name = (type(self).__doc__ or self.kind).strip().splitlines()[0].rstrip(".")
+        variant = getattr(self, "attention", None) or getattr(self, "style", None)
+        return f"{name} [{variant}]" if variant else name
+
+    def architecture(self) -> dict[str, Any]:
+        """The keys the model's tensors depend on (all but ``dropout``, which has none)."""
+        return self.model_dump(mode="json", exclude={"dropout"})
 
 
 class DataConfig(_Section):
     """Which corpus, how it is filtered, and how vocabularies are built."""
 
-    corpus: Literal[
-        "tatoeba",
-        "hansards",
-        "movie_reviews",
-        "rt_snippets",
-        "tatoeba_match",
-        "target_sentiment",
-        "fashion_mnist",
-        "karate",
-        "memory_qa",
-    ] = "tatoeba"
+    corpus: str = Field("tatoeba", description="the task: a name registered in ``TASKS``")
     root: str | None = Field(
-        None, description="hansards: the hansards-en-fr directory (relative to the working dir)"
+        None,
+        description="the corpus's directory (relative to the working dir): hansards-en-fr for "
+        "the Hansards, the shared data folder for the papers' benchmarks",
     )
     max_length: int | None = Field(None, ge=1, description="drop pairs longer than this (tokens)")
     max_pairs: int | None = Field(None, ge=1, description="keep at most this many training pairs")
@@ -109,21 +126,6 @@ class DataConfig(_Section):
     )
 
     @model_validator(mode="after")
-    def _hansards_root(self) -> DataConfig:
-        if self.corpus == "hansards" and not self.root:
-            raise ValueError("root: the hansards corpus needs `root` (its directory)")
-        return self
-
-    @model_validator(mode="after")
-    def _reverse_needs_a_parallel_corpus(self) -> DataConfig:
-        if self.reverse and self.corpus not in ("tatoeba", "hansards"):
-            raise ValueError(
-                f"reverse: only a translation corpus (tatoeba, hansards) has two directions, "
-                f"got corpus: {self.corpus}"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _aligner_options_need_their_aligner(self) -> DataConfig:
         if self.aligner_alpha is not None and self.supervision != "fast_align":
             raise ValueError(
@@ -147,248 +149,12 @@ def known_attention_kinds() -> list[str]:
     return kind_names()
 
 
-def _check_attention_kind(key: str, kind: str) -> None:
+def check_attention_kind(key: str, kind: str) -> None:
     known = known_attention_kinds()
     if kind not in known:
         raise ValueError(
             f"{key}: unknown attention kind {kind!r}; expected one of {', '.join(known)}"
         )
-
-
-class RNNModelConfig(_Section):
-    """RNN encoder–decoder with attention: Bahdanau et al. (2015) or Luong et al. (2015)."""
-
-    kind: Literal["rnn"] = "rnn"
-    style: Literal["bahdanau", "luong"] = "bahdanau"
-    score: Literal["additive", "concat", "dot", "general", "location"] = "additive"
-    align: Literal["global", "local_monotonic", "local_predictive"] = "global"
-    embed_dim: int = Field(256, ge=1)
-    hidden_dim: int = Field(256, ge=1)
-    num_layers: int = Field(1, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    window: int = Field(10, ge=1, description="D of the local alignments (Luong et al. use 10)")
-    input_feeding: bool = True
-    max_source_length: int = Field(100, ge=1, description="positions of the location score")
-
-    @model_validator(mode="after")
-    def _bahdanau_is_additive(self) -> RNNModelConfig:
-        if self.style == "bahdanau" and (self.score, self.align) != ("additive", "global"):
-            raise ValueError(
-                "score/align: the bahdanau style is additive (concat) global attention; "
-                f"got score={self.score!r}, align={self.align!r} (use style: luong)"
-            )
-        return self
-
-
-class TransformerModelConfig(_Section):
-    """Transformer encoder–decoder (Vaswani et al. 2017) from attnkit's layers."""
-
-    kind: Literal["transformer"] = "transformer"
-    d_model: int = Field(256, ge=1)
-    nhead: int = Field(4, ge=1)
-    num_layers: int = Field(3, ge=1)
-    dim_feedforward: int = Field(1024, ge=1)
-    dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    max_length: int = Field(256, ge=1)
-    attention: str = Field(
-        "exact", description="the encoder's self-attention: exact or an efficient kind"
-    )
-    decoder_attention: str = Field(
-        "exact",
-        description="the decoder's causal self-attention: exact, sliding_window, linear, "
-        "performer or synthesizer_dense (cross-attention is always exact)",
-    )
-    alignment_layer: int | None = Field(
-        None,
-        description="the decoder layer of a Garg et al. (2019) alignment head, 0 = the bottom, "
-        "negative from the top (-2: the penultimate, theirs); supervised attention trains it",
-    )
-    alignment_head: int = Field(0, ge=0, description="which head of that layer's cross-attention")
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> TransformerModelConfig:
-        if self.d_model % self.nhead:
-            raise ValueError(
-                f"nhead: the number of heads must divide d_model; got nhead={self.nhead}, "
-                f"d_model={self.d_model}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _alignment_head_exists(self) -> TransformerModelConfig:
-        layers = self.num_layers
-        if self.alignment_layer is not None and not -layers <= self.alignment_layer < layers:
-            raise ValueError(
-                f"alignment_layer: must be in [{-layers}, {layers - 1}] for num_layers={layers}; "
-                f"got {self.alignment_layer}"
-            )
-        if self.alignment_head >= self.nhead:
-            raise ValueError(
-                f"alignment_head: must be below nhead={self.nhead}; got {self.alignment_head}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _attention_kinds(self) -> TransformerModelConfig:
-        from attnkit.models.transformer_seq2seq import check_decoder_attention
-
-        _check_attention_kind("attention", self.attention)
-        _check_attention_kind("decoder_attention", self.decoder_attention)
-        try:
-            check_decoder_attention(self.decoder_attention)
-        except ValueError as error:
-            raise ValueError(f"decoder_attention: {error}") from None
-        return self
-
-
-class HANModelConfig(_Section):
-    """Hierarchical attention network (Yang et al. 2016): word and sentence GRUs with attention."""
-
-    kind: Literal["han"] = "han"
-    embed_dim: int = Field(100, ge=1)
-    hidden_dim: int = Field(50, ge=1, description="per direction of each bidirectional GRU")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    max_sentences: int | None = Field(
-        None, ge=1, description="keep each document's first this many sentences (all splits)"
-    )
-
-
-class SentenceModelConfig(_Section):
-    """A sentence classifier over a bidirectional GRU with the chosen attention (survey §3.3)."""
-
-    kind: Literal["sentence"] = "sentence"
-    attention: Literal["capsule", "multi_dimensional", "multi_representational", "uniform"] = (
-        "capsule"
-    )
-    embed_dim: int = Field(100, ge=1)
-    second_embed_dim: int = Field(
-        50, ge=1, description="multi_representational: the second embedding's size"
-    )
-    hidden_dim: int = Field(64, ge=1, description="per direction of the bidirectional GRU")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-
-
-class CoAttentionModelConfig(_Section):
-    """Co-attention over two sequences (Lu et al. 2016): parallel or alternating."""
-
-    kind: Literal["co_attention"] = "co_attention"
-    style: Literal["parallel", "alternating"] = "parallel"
-    embed_dim: int = Field(64, ge=1)
-    hidden_dim: int = Field(64, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-
-
-class LCRRotHopModelConfig(_Section):
-    """LCR-Rot-hop (Wallaart & Frasincar 2019): rotatory attention over left/target/right."""
-
-    kind: Literal["lcr_rot_hop"] = "lcr_rot_hop"
-    embed_dim: int = Field(100, ge=1)
-    hidden_dim: int = Field(64, ge=1)
-    hops: int = Field(3, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-
-
-class ViTModelConfig(_Section):
-    """Vision Transformer (Dosovitskiy et al. 2021): patches, a class token, encoder layers."""
-
-    kind: Literal["vit"] = "vit"
-    patch_size: int = Field(4, ge=1, description="P: divides the image's height and width")
-    d_model: int = Field(64, ge=1)
-    nhead: int = Field(4, ge=1)
-    num_layers: int = Field(4, ge=1)
-    dim_feedforward: int = Field(128, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    attention: str = Field(
-        "exact", description="the encoder layers' self-attention: exact or an efficient kind"
-    )
-
-    @model_validator(mode="after")
-    def _attention_kind(self) -> ViTModelConfig:
-        _check_attention_kind("attention", self.attention)
-        return self
-
-    @model_validator(mode="after")
-    def _heads_divide(self) -> ViTModelConfig:
-        if self.d_model % self.nhead:
-            raise ValueError(
-                f"nhead: the number of heads must divide d_model; got nhead={self.nhead}, "
-                f"d_model={self.d_model}"
-            )
-        return self
-
-
-class GlimpseModelConfig(_Section):
-    """Soft vs hard attention over a convolutional feature grid (Xu et al. 2015)."""
-
-    kind: Literal["glimpse"] = "glimpse"
-    attention: Literal["soft", "hard"] = "soft"
-    channels: int = Field(32, ge=1, description="size of each annotation vector a_i (conv)")
-    hidden_dim: int = Field(64, ge=1, description="of the attention MLP and the output MLP")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    reinforce_weight: float = Field(1.0, ge=0.0, description="hard: λ_r of Xu et al. eq. 12")
-    entropy_weight: float = Field(
-        0.01, ge=0.0, description="hard: λ_e, weight of the entropy bonus (Xu et al. §4.1)"
-    )
-    baseline_decay: float = Field(
-        0.9, ge=0.0, lt=1.0, description="hard: of the moving-average reward baseline"
-    )
-
-
-class GATModelConfig(_Section):
-    """Graph attention network (Veličković et al. 2018): two GAT layers."""
-
-    kind: Literal["gat"] = "gat"
-    hidden_dim: int = Field(8, ge=1, description="per head")
-    heads: int = Field(8, ge=1)
-    output_heads: int = Field(
-        1, ge=1, description="heads of the output layer, averaged (GAT eq. 6)"
-    )
-    dropout: float = Field(
-        0.6, ge=0.0, lt=1.0, description="on each layer's input and on the attention weights"
-    )
-    negative_slope: float = Field(0.2, ge=0.0, description="of the LeakyReLU in the score")
-
-
-class MemoryNetworkModelConfig(_Section):
-    """End-to-end memory network (Sukhbaatar et al. 2015): multi-hop attention over memories."""
-
-    kind: Literal["memory_network"] = "memory_network"
-    embed_dim: int = Field(32, ge=1)
-    hops: int = Field(3, ge=1)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    sentence_encoding: Literal["bag_of_words", "position"] = Field(
-        "position", description="BoW or position encoding (PE) of sentences (MemN2N §4.1)"
-    )
-    temporal_encoding: bool = Field(True, description="learned T_A, T_C per memory slot (§4.1)")
-    memory_size: int = Field(50, ge=1, description="the most recent sentences kept as memories")
-
-
-MODEL_KINDS = (
-    "rnn",
-    "transformer",
-    "han",
-    "sentence",
-    "co_attention",
-    "lcr_rot_hop",
-    "vit",
-    "glimpse",
-    "gat",
-    "memory_network",
-)
-
-ModelConfig = Annotated[
-    RNNModelConfig
-    | TransformerModelConfig
-    | HANModelConfig
-    | SentenceModelConfig
-    | CoAttentionModelConfig
-    | LCRRotHopModelConfig
-    | ViTModelConfig
-    | GlimpseModelConfig
-    | GATModelConfig
-    | MemoryNetworkModelConfig,
-    Field(discriminator="kind"),
-]
 
 
 class TrainConfig(_Section):
@@ -427,30 +193,79 @@ class DecodeConfig(_Section):
     max_eval_sentences: int | None = Field(None, ge=1)
 
 
+def task_of(corpus: str) -> Any:
+    """The class registered for ``corpus`` in :data:`TASKS` (``ValueError`` listing the
+    registered ones)."""
+    if not len(TASKS):
+        raise ValueError(
+            "no task is registered: import attnkit.tasks (it registers the built-in tasks) "
+            "before validating a configuration"
+        )
+    return TASKS.get(corpus)
+
+
+def model_kinds(corpus: str) -> tuple[str, ...]:
+    """The ``model.kind`` values the task of ``corpus`` takes, its default first."""
+    return tuple(m.model_fields["kind"].default for m in task_of(corpus).models)
+
+
 class RunConfig(_Section):
-    """A whole run: ``name``, ``seed``, and the four sections."""
+    """A whole run: ``name``, ``seed``, and the four sections. The data and model sections are
+    those of the task ``data.corpus`` names (see :data:`TASKS`)."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     seed: int = Field(0, ge=0)
-    data: DataConfig = DataConfig()
-    model: ModelConfig = RNNModelConfig()
+    data: SerializeAsAny[DataConfig] = Field(default=None, validate_default=True)  # type: ignore[assignment]
+    model: SerializeAsAny[ModelSection] = Field(default=None, validate_default=True)  # type: ignore[assignment]
     train: TrainConfig
     decode: DecodeConfig = DecodeConfig()
 
     @property
     def is_translation(self) -> bool:
-        """Whether the corpus is a translation corpus (a fact for scripts and tests; the
-        pipeline asks its :class:`~attnkit.tasks.job.Job` instead)."""
-        return self.data.corpus in TRANSLATION_CORPORA
+        """Whether the task is a translation task (a fact for scripts and tests; the pipeline
+        asks its :class:`~attnkit.tasks.job.Job` instead)."""
+        return bool(getattr(task_of(self.data.corpus), "translation", False))
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _data_of_task(cls, value: Any) -> Any:
+        # the section's class is the task's: read the corpus first, then validate the rest
+        if isinstance(value, DataConfig):
+            value = value.model_dump()
+        raw = {} if value is None else value
+        if not isinstance(raw, Mapping):
+            return value  # the section's own validation names the problem
+        corpus = raw.get("corpus", DataConfig.model_fields["corpus"].default)
+        if not len(TASKS):
+            task_of(corpus)  # says how to register them
+        if not isinstance(corpus, str) or corpus not in TASKS:
+            valid = ", ".join(sorted(TASKS.names()))
+            raise ValueError(f"corpus: must be one of {valid} (given {corpus!r})")
+        return task_of(corpus).data_section.model_validate(raw)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_of_task(cls, value: Any, info: ValidationInfo) -> Any:
+        data = info.data.get("data")
+        if data is None:  # the data section failed: its error is the one to read
+            return ModelSection.model_construct(kind="")
+        models, kinds = task_of(data.corpus).models, model_kinds(data.corpus)
+        if isinstance(value, ModelSection):
+            value = value.model_dump()
+        raw = {} if value is None else value
+        if not isinstance(raw, Mapping):
+            return value
+        kind = raw.get("kind", kinds[0])
+        if kind not in kinds:
+            raise ValueError(
+                f"kind: the {data.corpus} corpus takes model kind {' or '.join(kinds)}; "
+                f"got {kind!r}"
+            )
+        return models[kinds.index(kind)].model_validate(raw)
 
     @model_validator(mode="after")
-    def _model_fits_corpus(self) -> RunConfig:
-        kinds = CORPUS_MODELS[self.data.corpus]
-        if self.model.kind not in kinds:
-            raise ValueError(
-                f"model.kind: the {self.data.corpus} corpus takes model kind "
-                f"{' or '.join(kinds)}; got {self.model.kind!r}"
-            )
+    def _task_accepts(self) -> RunConfig:
+        task_of(self.data.corpus).check_config(self)
         return self
 
     @model_validator(mode="after")
@@ -475,9 +290,6 @@ def _describe_error(error: Mapping[str, Any]) -> str:
         return f"{path}: unknown key"
     if kind == "missing":
         return f"{path}: missing (required)"
-    if kind in ("union_tag_not_found", "union_tag_invalid"):
-        given = error["input"].get("kind") if isinstance(error["input"], Mapping) else None
-        return f"{path}.kind: must be one of {', '.join(MODEL_KINDS)} (given {given!r})"
     if message.startswith("Value error, "):  # our validators name their own key first
         own_key, _, text = message.removeprefix("Value error, ").partition(": ")
         return f"{path + '.' if path else ''}{own_key}: {text}"
@@ -487,24 +299,16 @@ def _describe_error(error: Mapping[str, Any]) -> str:
     return f"{path}: {message} (given {given})"
 
 
-def _strip_union_tags(loc: Sequence[Any]) -> tuple[Any, ...]:
-    # pydantic puts the discriminator value in the location of a tagged union ("model.rnn.x")
-    return tuple(p for p in loc if p not in MODEL_KINDS)
-
-
 def validate(raw: Any, source: str = "config") -> RunConfig:
     """A :class:`RunConfig` from parsed YAML, or :class:`ConfigError` with one line per problem
-    joined by ``; `` (the first line is the most useful)."""
+    joined by ``; `` (the first line is the most useful). The tasks must be registered
+    (``import attnkit.tasks`` registers the built-in ones)."""
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{source}: expected a mapping of keys, got {type(raw).__name__}")
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as error:
-        problems = []
-        for item in error.errors():
-            item = dict(item)
-            item["loc"] = _strip_union_tags(item["loc"])
-            problems.append(_describe_error(item))
+        problems = [_describe_error(item) for item in error.errors()]
         raise ConfigError(f"{source}: " + "; ".join(problems)) from None
 
 
@@ -683,32 +487,18 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
+#: the data keys a translation run's vocabularies depend on; a classification task adds
+#: ``max_examples`` (it caps the training split its vocabulary is learnt from). Each task states
+#: its own as ``architecture_data_keys``.
 ARCHITECTURE_DATA_KEYS = ("corpus", "max_length", "max_pairs", "min_freq", "max_vocab")
-
-#: the data keys a run's learnt state and tensors depend on, per corpus: ``max_examples`` caps
-#: the training split a classification task learns its vocabulary from (a translation corpus
-#: has no such key; leaving it out keeps its checkpoints' fingerprints)
-CORPUS_ARCHITECTURE_DATA_KEYS: dict[str, tuple[str, ...]] = {
-    corpus: (
-        ARCHITECTURE_DATA_KEYS
-        if corpus in TRANSLATION_CORPORA
-        else (*ARCHITECTURE_DATA_KEYS, "max_examples")
-    )
-    for corpus in CORPUS_MODELS
-}
 
 
 def architecture(config: RunConfig) -> dict[str, Any]:
     """The keys a checkpoint's tensors depend on, flattened (``model.hidden_dim`` → 256)."""
-    model = config.model.model_dump(mode="json", exclude={"dropout"})  # dropout: no tensors
-    for key in ("attention", "decoder_attention"):
-        # exact attention is what every run had before these keys existed: leaving the default
-        # out keeps the fingerprints of those runs' checkpoints
-        if model.get(key) == "exact" and config.model.kind in ("transformer", "vit"):
-            del model[key]
-    flat = {f"model.{k}": v for k, v in model.items()}
+    flat = {f"model.{k}": v for k, v in config.model.architecture().items()}
     data = config.data.model_dump(mode="json")
-    flat.update({f"data.{k}": data[k] for k in CORPUS_ARCHITECTURE_DATA_KEYS[config.data.corpus]})
+    keys = task_of(config.data.corpus).architecture_data_keys
+    flat.update({f"data.{k}": data[k] for k in keys})
     return flat
 
 

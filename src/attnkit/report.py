@@ -36,21 +36,9 @@ class Alignment:
 
 def describe_model(config: RunConfig) -> str:
     """The model of ``config`` in a few words, for reports and the attention viewer
-    (``"bahdanau GRU encoder-decoder, additive score, global alignment"``)."""
-    m = config.model
-    if m.kind == "rnn":
-        return f"{m.style} GRU encoder-decoder, {m.score} score, {m.align} alignment"
-    if m.kind == "transformer":
-        kinds = ""
-        if (m.attention, m.decoder_attention) != ("exact", "exact"):
-            kinds = f", {m.attention} encoder / {m.decoder_attention} decoder self-attention"
-        return f"Transformer encoder-decoder, {m.num_layers} layers, {m.nhead} heads{kinds}"
-    # the section's docstring names the model; its variant key (if any) says which one
-    name = (type(m).__doc__ or m.kind).strip().splitlines()[0].rstrip(".")
-    variant = getattr(m, "attention", None) or getattr(m, "style", None)
-    if m.kind == "vit":  # its attention key is the kind of attention, exact unless chosen
-        variant = None if m.attention == "exact" else f"{m.attention} attention"
-    return f"{name} [{variant}]" if variant else name
+    (``"bahdanau GRU encoder-decoder, additive score, global alignment"``): its section's
+    :meth:`~attnkit.config.ModelSection.describe`."""
+    return config.model.describe()
 
 
 def format_matrix(alignment: Alignment, digits: int = 2) -> str:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import attnkit as ak
-from attnkit.core.kinds import create_kind, kind_names
-from attnkit.efficient import register_efficient_kinds
+import attnkit.efficient  # registers the efficient kinds
+from attnkit.core.kinds import KINDS, create_kind, kind_names
 from attnkit.taxonomy import parse_place
 
 EFFICIENT = [name for name in kind_names() if name != "exact"]
@@ -16,7 +16,8 @@ MODULE_KINDS = ["linformer", "performer", "synthesizer_dense", "synthesizer_rand
 
 
 def test_every_kind_is_registered_once() -> None:
-    assert register_efficient_kinds() == []  # idempotent: the import registered them
+    with pytest.raises(ValueError, match="'linear' is already registered"):
+        KINDS.register("linear")(lambda: None)  # a second registration is refused
     assert kind_names()[0] == "exact" and len(set(kind_names())) == len(kind_names())
     assert len(EFFICIENT) == 10
     for name in EFFICIENT:

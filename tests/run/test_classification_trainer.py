@@ -16,17 +16,19 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 import attnkit as ak
-import attnkit.tasks.base as base
 from attnkit.cli import main
-from attnkit.config import validate
+from attnkit.config import TASKS, validate
 from attnkit.tasks.base import Task
+from attnkit.tasks.memory_qa import MemoryNetworkModelConfig
 from attnkit.train import train
 
 MARKERS = (10, 11, 12)
 
 
+@TASKS.register("markers")  # a task of this test's own: registering one is all it takes
 class MarkerTask(Task):
     classes = ("ten", "eleven", "twelve")
+    models = (MemoryNetworkModelConfig,)  # only its embed_dim is read
 
     def load(self):
         g = torch.Generator().manual_seed(self.config.seed)
@@ -83,8 +85,8 @@ class AttentionPooling(nn.Module):
 
 
 @pytest.fixture
-def marker_task(monkeypatch):
-    monkeypatch.setitem(base._TASKS, "memory_qa", MarkerTask)
+def marker_task():
+    return MarkerTask
 
 
 def _config(**train):
@@ -92,7 +94,7 @@ def _config(**train):
         {
             "name": "marker",
             "seed": 1,
-            "data": {"corpus": "memory_qa"},
+            "data": {"corpus": "markers"},
             "model": {"kind": "memory_network", "embed_dim": 16},
             "train": {"steps": 120, "batch_size": 16, "lr": 0.05, "log_every": 40, **train},
         }

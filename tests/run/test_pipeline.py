@@ -12,7 +12,7 @@ import pytest
 import attnkit
 from attnkit.checkpoint import CheckpointError
 from attnkit.cli import main
-from attnkit.config import CORPUS_MODELS, validate
+from attnkit.config import TASKS, model_kinds, validate
 from attnkit.data.corpus import Example, Vocabularies
 from attnkit.run import Run
 from attnkit.tasks import job_for
@@ -36,13 +36,13 @@ def _config(corpus: str, **data):
         {
             "name": "p",
             "data": {"corpus": corpus, **extra, **data},
-            "model": {"kind": CORPUS_MODELS[corpus][0]},
+            "model": {"kind": model_kinds(corpus)[0]},
             "train": {"steps": 1},
         }
     )
 
 
-@pytest.mark.parametrize("corpus", sorted(CORPUS_MODELS))
+@pytest.mark.parametrize("corpus", sorted(TASKS.names()))
 def test_every_corpus_has_a_job(corpus):
     job = job_for(_config(corpus))
     assert isinstance(job, Job)

@@ -1,7 +1,8 @@
 """Attention kinds: what :class:`attnkit.MultiHeadAttention` runs between its projections (eq. 39).
 
 A module chooses how its heads attend with ``attention=``: a name from the one registry below
-(``"exact"``, the engine; ``"linear"``, ``"linformer"``, … registered by ``attnkit.efficient``) or a
+(``"exact"``, the engine; ``"linear"``, ``"linformer"``, … registered by ``attnkit.efficient``,
+which ``MultiHeadAttention`` imports) or a
 configured kind object (``LinformerAttention(max_length=8192, projected_length=256)``). The same
 registry serves configuration files (``config.py`` checks kind names) and the CLI (``attnkit info``
 lists them).
@@ -21,14 +22,14 @@ parameters by accident.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
+from attnkit.core.registry import Registry
 
 
 @runtime_checkable
@@ -84,37 +85,16 @@ class ExactAttention:
 #: the exact kind every module named ``"exact"`` runs
 EXACT = ExactAttention()
 
-_KINDS: dict[str, Callable[[], AttentionKind]] = {"exact": lambda: EXACT}
-
-
-def register_kind(name: str, factory: Callable[[], AttentionKind]) -> None:
-    """Make ``attention=name`` (modules, configs, the CLI) run ``factory()``, a new kind object
-    with that kind's default hyperparameters, built once per module.
-
-    Raises:
-        ValueError: ``name`` is already registered.
-    """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"an attention kind name must be a non-empty str, got {name!r}")
-    if name in _KINDS:
-        raise ValueError(f"attention kind {name!r} is already registered")
-    _KINDS[name] = factory
-
-
-#: packages that register the built-in kinds when imported; loaded on the first lookup of a name
-#: (by name, so this module does not depend on the layer above it that provides them)
-BUILTIN_KIND_PACKAGES = ("attnkit.efficient",)
-
-
-def _load_builtin_kinds() -> None:
-    for package in BUILTIN_KIND_PACKAGES:
-        importlib.import_module(package)
+#: the attention kinds: name → a factory of a new kind object with that kind's default
+#: hyperparameters, built once per module. ``attnkit.efficient`` registers its kinds here when it
+#: is imported (its classes carry ``@KINDS.register(name)``); ``MultiHeadAttention`` imports it.
+KINDS: Registry[AttentionKind] = Registry("attention kind")
+KINDS.register("exact")(lambda: EXACT)
 
 
 def kind_names() -> list[str]:
     """Every registered kind name, ``"exact"`` first, then in registration order."""
-    _load_builtin_kinds()
-    return list(_KINDS)
+    return KINDS.names()
 
 
 def create_kind(spec: str | AttentionKind) -> AttentionKind:
@@ -126,12 +106,7 @@ def create_kind(spec: str | AttentionKind) -> AttentionKind:
         TypeError: neither a name nor an object with the :class:`AttentionKind` interface.
     """
     if isinstance(spec, str):
-        if spec not in _KINDS:
-            _load_builtin_kinds()  # `import attnkit` is lazy: the efficient kinds may be unread
-        if spec not in _KINDS:
-            valid = ", ".join(repr(k) for k in _KINDS)
-            raise ValueError(f"unknown attention kind {spec!r}; expected one of: {valid}")
-        return _KINDS[spec]()
+        return KINDS.get(spec)()
     if isinstance(spec, AttentionKind):
         return spec
     raise TypeError(
@@ -143,4 +118,4 @@ def create_kind(spec: str | AttentionKind) -> AttentionKind:
 
 def kind_name(spec: str | AttentionKind) -> str:
     """The registry name of ``spec`` (a name, checked, or a kind object's ``name``)."""
-    return spec if isinstance(spec, str) and spec in _KINDS else create_kind(spec).name
+    return spec if isinstance(spec, str) and spec in KINDS else create_kind(spec).name

@@ -5,9 +5,13 @@ Every kind takes attnkit's call conventions (``q [B, H, M, d]``, ``k``/``v [B, H
 3-D; bool masks with True = may attend; bottom-right ``causal``) and returns an
 :class:`attnkit.AttentionOutput`. Each is a class (a configured kind object for
 ``MultiHeadAttention(attention=...)``, e.g. ``LinformerAttention(max_length=8192)``) and a function
-of the same algorithm. Importing this package registers their names in the one attention-kind
-registry (:mod:`attnkit.core.kinds`: ``attention="linear"``, ...); see ``registry.py`` and
-docs/efficient.md.
+of the same algorithm. Each class registers its name in the one attention-kind
+registry (:data:`attnkit.core.kinds.KINDS`: ``attention="linear"``, ...) with
+``@KINDS.register``; importing this package imports them all. A name builds a new kind object
+with that class's default hyperparameters (window 256, 256 random features, 64 landmarks, blocks
+and buckets of 64, maximum length 4096 projected to 256); for other settings pass a configured
+object: ``MultiHeadAttention(64, 4, attention=LinformerAttention(max_length=8192,
+projected_length=256))``. See docs/efficient.md.
 """
 
 from attnkit.efficient.bigbird import BigBirdAttention, bigbird_attention, bigbird_blocks
@@ -27,11 +31,8 @@ from attnkit.efficient.performer import (
     performer_attention,
     redraw_performer_features,
 )
-from attnkit.efficient.registry import register_efficient_kinds
 from attnkit.efficient.sliding_window import SlidingWindowAttention, sliding_window_attention
 from attnkit.efficient.synthesizer import SynthesizerAttention
-
-register_efficient_kinds()
 
 __all__ = [
     "BigBirdAttention",
@@ -55,6 +56,5 @@ __all__ = [
     "orthogonal_gaussian",
     "performer_attention",
     "redraw_performer_features",
-    "register_efficient_kinds",
     "sliding_window_attention",
 ]

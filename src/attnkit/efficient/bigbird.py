@@ -28,6 +28,7 @@ from torch import Tensor
 
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
+from attnkit.core.kinds import KINDS
 from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int
 from attnkit.efficient.sliding_window import _fused_band, _gather_keys
 
@@ -91,6 +92,7 @@ def bigbird_blocks(
     return table
 
 
+@KINDS.register("bigbird")
 class BigBirdAttention(EfficientKind):
     """Block-sparse window + global + random attention (self-attention: ``M == N``); the
     attention kind ``"bigbird"``, with a fixed random pattern (``seed``).

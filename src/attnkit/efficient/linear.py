@@ -23,6 +23,7 @@ from attnkit.core.kernel import (
     kernel_attention,
     kernel_attention_step,
 )
+from attnkit.core.kinds import KINDS
 from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ def linear_attention_step(
     return kernel_attention_step(elu_feature_map(q), elu_feature_map(k), v, state)
 
 
+@KINDS.register("linear")
 class LinearAttention(EfficientKind):
     """Linear attention with ``φ = elu + 1`` (eq. 5; causal eq. 9 by chunked prefix sums); the
     attention kind ``"linear"`` (no parameters).

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
+from attnkit.core.kinds import KINDS
 from attnkit.efficient._inputs import (
     EfficientCall,
     EfficientKind,
@@ -109,6 +110,7 @@ def linformer_attention(
     return _project_and_attend(call, key_projection, value_projection)
 
 
+@KINDS.register("linformer")
 class LinformerAttention(EfficientKind):
     """Linformer's learned length projections ``E`` (and ``F``) for inputs up to ``max_length``;
     the attention kind ``"linformer"``.

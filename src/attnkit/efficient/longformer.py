@@ -22,6 +22,7 @@ from torch import Tensor
 
 from attnkit.core.call import AttentionOutput
 from attnkit.core.engine import attention
+from attnkit.core.kinds import KINDS
 from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int
 from attnkit.efficient.sliding_window import banded_attention
 
@@ -62,6 +63,7 @@ def _global_flags(global_tokens: Tensor | None, batch: int, n: int, device: torc
     return g.expand(batch, n)
 
 
+@KINDS.register("longformer")
 class LongformerAttention(EfficientKind):
     """Sliding window of ``window`` plus global tokens (self-attention: ``M == N``); the
     attention kind ``"longformer"``.

@@ -57,6 +57,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.core.call import AttentionOutput
+from attnkit.core.kinds import KINDS
 from attnkit.efficient._inputs import (
     EfficientCall,
     EfficientKind,
@@ -217,6 +218,7 @@ def _self_rule(allowed: Tensor, chunk: int) -> Tensor:
     return torch.where(others.any(-1, keepdim=True), others, allowed)
 
 
+@KINDS.register("lsh")
 class LSHAttention(EfficientKind):
     """Reformer's shared-QK LSH attention (which keys each query attends: see the module doc);
     the attention kind ``"lsh"`` (no parameters; the rotations come from ``seed``).

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.core.call import AttentionOutput
+from attnkit.core.kinds import KINDS
 from attnkit.efficient._inputs import (
     EfficientCall,
     EfficientKind,
@@ -146,6 +147,7 @@ def _nystrom(
     return call.output(context)
 
 
+@KINDS.register("nystrom")
 class NystromAttention(EfficientKind):
     """Nyström approximation of ``softmax(scale·q·k^T) v`` through ``landmarks`` landmarks
     (eq. 15); the attention kind ``"nystrom"`` (no parameters unless ``residual``).

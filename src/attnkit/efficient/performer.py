@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from attnkit.core.call import AttentionOutput
 from attnkit.core.kernel import kernel_attention
+from attnkit.core.kinds import KINDS
 from attnkit.efficient._inputs import (
     EfficientCall,
     EfficientKind,
@@ -209,6 +210,7 @@ def performer_attention(
     return _favor(call, projection, chunk, kernel_fn, epsilon)
 
 
+@KINDS.register("performer")
 class PerformerAttention(EfficientKind):
     """FAVOR+ attention with its random features kept as a buffer (redrawn on demand); the
     attention kind ``"performer"``.

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.core.call import AttentionOutput
+from attnkit.core.kinds import KINDS
 from attnkit.efficient._inputs import EfficientCall, EfficientKind, KindOptions, check_positive_int
 
 if TYPE_CHECKING:
@@ -260,6 +261,7 @@ def _reach(
     return window * back + window - 1, right, (window, back, forward)
 
 
+@KINDS.register("sliding_window")
 class SlidingWindowAttention(EfficientKind):
     """Local attention in a sliding window of ``window`` keys (see the module doc for exactly
     which keys), computed banded; the attention kind ``"sliding_window"``.

@@ -21,11 +21,13 @@ memory. Masks (any shape) and bottom-right causal masking apply to the synthesiz
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.core.call import AttentionOutput
+from attnkit.core.kinds import KINDS
 from attnkit.core.masks import causal as causal_mask
 from attnkit.efficient._inputs import (
     EfficientCall,
@@ -35,7 +37,7 @@ from attnkit.efficient._inputs import (
 )
 
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Location", "alignment": "Global"}
-KINDS = ("dense", "random")
+VARIANTS = ("dense", "random")
 
 
 class SynthesizerAttention(EfficientKind):
@@ -82,8 +84,8 @@ class SynthesizerAttention(EfficientKind):
         trainable: bool = True,
     ) -> None:
         super().__init__()
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if kind not in VARIANTS:
+            raise ValueError(f"kind must be one of {VARIANTS}, got {kind!r}")
         self.kind = kind
         self.max_length = check_positive_int("max_length", max_length)
         self.factorized = (
@@ -183,3 +185,8 @@ class SynthesizerAttention(EfficientKind):
             f"kind={self.kind!r}, max_length={self.max_length}, num_heads={self.num_heads}, "
             f"factorized={self.factorized}"
         )
+
+
+# the two variants of Tay et al. (2021) under their own names, with default hyperparameters
+KINDS.register("synthesizer_dense")(partial(SynthesizerAttention, "dense"))
+KINDS.register("synthesizer_random")(partial(SynthesizerAttention, "random"))

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import attnkit.efficient  # noqa: F401  (its kinds register their names: attention="linear", ...)
 from attnkit.core.align import Align, Softmax, build_align
 from attnkit.core.hooks import runs_exact
 from attnkit.core.kinds import EXACT, AttentionKind, create_kind

@@ -1,36 +1,41 @@
-"""The tasks a run configuration can name: translation (:mod:`.translation`) and the
-classification tasks of the survey's Table 3 (one module per task; see :mod:`.base`).
+"""The tasks a run configuration can name, one file each: translation (:mod:`.translation`) and
+the classification tasks of the survey's Table 3 and of the papers' benchmarks.
 
-:func:`job_for` gives the :class:`~attnkit.tasks.job.Job` of a configuration — the one interface
-the training loop, the final evaluation and ``attnkit eval`` use for every corpus.
+Each task file defines its model sections, its data, its model and its evaluation, and
+registers its class with ``@TASKS.register(corpus)`` (:data:`attnkit.config.TASKS`). This package
+imports every one of them below, so importing it registers them all. :func:`job_for` gives the
+:class:`~attnkit.tasks.job.Job` of a configuration — the one interface the training loop, the
+final evaluation and ``attnkit eval`` use for every corpus.
 """
 
-import importlib
-import pkgutil
-
-from attnkit.config import RunConfig
-from attnkit.tasks.base import Task, register_task, task_for
-from attnkit.tasks.job import Job, register_job, registered_job
+from attnkit.config import TASKS, RunConfig
+from attnkit.tasks import (  # noqa: F401  (each registers its task)
+    images,
+    karate,
+    memory_qa,
+    movie_reviews,
+    rated_sentences,
+    target_sentiment,
+    translation,
+    translation_match,
+)
+from attnkit.tasks.base import Task, task_for
+from attnkit.tasks.job import Job
 from attnkit.tasks.trainer import ClassificationJob
-
-# every other module of this package registers its task (or job) on import
-for _module in pkgutil.iter_modules(__path__):
-    if _module.name not in ("base", "job", "trainer"):
-        importlib.import_module(f"{__name__}.{_module.name}")
 
 
 def job_for(config: RunConfig) -> Job:
-    """The job of ``config``: the one registered for its corpus (translation), else the
-    classification job of the corpus's registered :class:`Task` (``ValueError`` if none)."""
-    return (registered_job(config.data.corpus) or ClassificationJob)(config)
+    """The job of ``config``: the registered :class:`Job` of its corpus (translation), or the
+    classification job of its registered :class:`Task`."""
+    entry = TASKS.get(config.data.corpus)
+    return entry(config) if issubclass(entry, Job) else ClassificationJob(config)
 
 
 __all__ = [
+    "TASKS",
     "ClassificationJob",
     "Job",
     "Task",
     "job_for",
-    "register_job",
-    "register_task",
     "task_for",
 ]

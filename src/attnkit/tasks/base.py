@@ -1,7 +1,8 @@
 """A classification task: its data, how a batch of examples becomes tensors, and its model.
 
 Translation is :mod:`attnkit.tasks.translation`; every other corpus of a run configuration
-names a :class:`Task` registered with :func:`register_task`. Its job in the training pipeline,
+names a :class:`Task` registered with ``@TASKS.register(corpus)`` (:data:`attnkit.config.TASKS`),
+in the file that also defines its model sections. Its job in the training pipeline,
 :class:`attnkit.tasks.trainer.ClassificationJob`, only needs what a task declares here:
 
 * :meth:`Task.load` — the ``"train"``, ``"valid"`` and ``"test"`` examples (any objects);
@@ -17,17 +18,15 @@ names a :class:`Task` registered with :func:`register_task`. Its job in the trai
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from attnkit.config import RunConfig
+from attnkit.config import ARCHITECTURE_DATA_KEYS, TASKS, DataConfig, ModelSection, RunConfig
 from attnkit.data.vocabulary import PAD, Vocabulary
-
-_TASKS: dict[str, type[Task]] = {}
 
 
 class Task(ABC):
@@ -35,6 +34,23 @@ class Task(ABC):
 
     #: class names; a label is an index into them
     classes: ClassVar[tuple[str, ...]]
+    #: the model sections ``model.kind`` chooses from, the default first
+    models: ClassVar[tuple[type[ModelSection], ...]]
+    #: the data section (a subclass of :class:`DataConfig` adds keys of the task's own)
+    data_section: ClassVar[type[DataConfig]] = DataConfig
+    #: the data keys the run's learnt state depends on: ``max_examples`` caps the training
+    #: split the vocabulary is learnt from
+    architecture_data_keys: ClassVar[tuple[str, ...]] = (*ARCHITECTURE_DATA_KEYS, "max_examples")
+    translation: ClassVar[bool] = False
+
+    @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        """Refuse keys the task cannot honour (``ValueError`` starting with the key's path)."""
+        if config.data.reverse:
+            raise ValueError(
+                f"data.reverse: only a translation corpus (tatoeba, hansards) has two "
+                f"directions, got corpus: {config.data.corpus}"
+            )
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -113,25 +129,14 @@ class WordTask(Task):
         self.words = Vocabulary.from_dict(state["words"])
 
 
-def register_task(corpus: str) -> Callable[[type[Task]], type[Task]]:
-    """Class decorator: the task of runs whose ``data.corpus`` is ``corpus``."""
-
-    def register(cls: type[Task]) -> type[Task]:
-        if corpus in _TASKS and _TASKS[corpus] is not cls:
-            raise ValueError(f"corpus {corpus!r} already has a task: {_TASKS[corpus].__name__}")
-        _TASKS[corpus] = cls
-        return cls
-
-    return register
-
-
 def task_for(config: RunConfig) -> Task:
-    """The registered task of ``config.data.corpus``, constructed for ``config`` (importing
-    any module of :mod:`attnkit.tasks` first imports the package, which registers them all)."""
-    corpus = config.data.corpus
-    if corpus not in _TASKS:
+    """The classification task ``config.data.corpus`` names, constructed for ``config``
+    (``ValueError`` when the corpus names no classification task)."""
+    entry = TASKS.get(config.data.corpus)
+    if not (isinstance(entry, type) and issubclass(entry, Task)):
+        classification = [n for n in TASKS.names() if issubclass(TASKS.get(n), Task)]
         raise ValueError(
-            f"data.corpus: no classification task for {corpus!r}; "
-            f"registered: {', '.join(sorted(_TASKS))}"
+            f"data.corpus: no classification task for {config.data.corpus!r}; "
+            f"registered: {', '.join(sorted(classification))}"
         )
-    return _TASKS[corpus](config)
+    return entry(config)

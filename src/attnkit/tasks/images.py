@@ -21,32 +21,93 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
-from attnkit.config import GlimpseModelConfig, ViTModelConfig
+from attnkit.config import TASKS, ModelSection, check_attention_kind
 from attnkit.data.images import FASHION_MNIST_CLASSES, Image, load_fashion_mnist
 from attnkit.interpret import attention_rollout, record
 from attnkit.models.glimpse import GlimpseClassifier
 from attnkit.models.vit import VisionTransformer
-from attnkit.tasks.base import Task, register_task
+from attnkit.tasks.base import Task
 
 #: test images drawn by :meth:`FashionMNIST.artifacts`
 ARTIFACT_IMAGES = 8
 
 
-@register_task("fashion_mnist")
+class ViTModelConfig(ModelSection):
+    """Vision Transformer (Dosovitskiy et al. 2021): patches, a class token, encoder layers."""
+
+    kind: Literal["vit"] = "vit"
+    patch_size: int = Field(4, ge=1, description="P: divides the image's height and width")
+    d_model: int = Field(64, ge=1)
+    nhead: int = Field(4, ge=1)
+    num_layers: int = Field(4, ge=1)
+    dim_feedforward: int = Field(128, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    attention: str = Field(
+        "exact", description="the encoder layers' self-attention: exact or an efficient kind"
+    )
+
+    def describe(self) -> str:
+        # its attention key is the kind of attention: shown only when it is not the exact one
+        name = super().describe().partition(" [")[0]
+        return name if self.attention == "exact" else f"{name} [{self.attention} attention]"
+
+    def architecture(self) -> dict[str, Any]:
+        # exact attention is what every run had before the key existed: leaving the default out
+        # keeps the fingerprints of those runs' checkpoints
+        keys = super().architecture()
+        if keys["attention"] == "exact":
+            del keys["attention"]
+        return keys
+
+    @model_validator(mode="after")
+    def _attention_kind(self) -> ViTModelConfig:
+        check_attention_kind("attention", self.attention)
+        return self
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ViTModelConfig:
+        if self.d_model % self.nhead:
+            raise ValueError(
+                f"nhead: the number of heads must divide d_model; got nhead={self.nhead}, "
+                f"d_model={self.d_model}"
+            )
+        return self
+
+
+class GlimpseModelConfig(ModelSection):
+    """Soft vs hard attention over a convolutional feature grid (Xu et al. 2015)."""
+
+    kind: Literal["glimpse"] = "glimpse"
+    attention: Literal["soft", "hard"] = "soft"
+    channels: int = Field(32, ge=1, description="size of each annotation vector a_i (conv)")
+    hidden_dim: int = Field(64, ge=1, description="of the attention MLP and the output MLP")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    reinforce_weight: float = Field(1.0, ge=0.0, description="hard: λ_r of Xu et al. eq. 12")
+    entropy_weight: float = Field(
+        0.01, ge=0.0, description="hard: λ_e, weight of the entropy bonus (Xu et al. §4.1)"
+    )
+    baseline_decay: float = Field(
+        0.9, ge=0.0, lt=1.0, description="hard: of the moving-average reward baseline"
+    )
+
+
+@TASKS.register("fashion_mnist")
 class FashionMNIST(Task):
     """Which of ten kinds of clothing is a 28 × 28 greyscale photo? (ViT or Xu et al.'s
     soft/hard attention.)"""
 
     classes: ClassVar[tuple[str, ...]] = FASHION_MNIST_CLASSES
+    models = (ViTModelConfig, GlimpseModelConfig)
     image_size = (28, 28)
 
     def load(self) -> Mapping[str, Sequence[Any]]:

@@ -23,13 +23,11 @@ from typing import Any, ClassVar, Protocol
 
 from torch import Tensor, nn
 
-from attnkit.config import RunConfig
+from attnkit.config import ARCHITECTURE_DATA_KEYS, DataConfig, ModelSection, RunConfig
 from attnkit.data_parallel import DataParallel
 from attnkit.report import Alignment
 
 Log = Callable[[str], None]
-
-_JOBS: dict[str, type[Job]] = {}
 
 
 class RunDirectory(Protocol):
@@ -63,6 +61,18 @@ class Job(ABC):
 
     state_file: ClassVar[str] = "task.json"
     example_noun: ClassVar[str] = "examples"
+    #: what a task registered in :data:`attnkit.config.TASKS` declares (see there); a
+    #: classification :class:`~attnkit.tasks.Task` declares them on itself instead
+    models: ClassVar[tuple[type[ModelSection], ...]]
+    data_section: ClassVar[type[DataConfig]] = DataConfig
+    architecture_data_keys: ClassVar[tuple[str, ...]] = ARCHITECTURE_DATA_KEYS
+    translation: ClassVar[bool] = False
+
+    @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        """Refuse keys the job cannot honour (``ValueError`` starting with the key's path);
+        a job whose keys are all valid alone refuses nothing."""
+        return None
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
@@ -143,25 +153,3 @@ class Job(ABC):
     @abstractmethod
     def headline(self, results: Mapping[str, Any]) -> str:
         """The one line the training command logs at the end."""
-
-
-def register_job(*corpora: str) -> Callable[[type[Job]], type[Job]]:
-    """Class decorator: the job of runs whose ``data.corpus`` is one of ``corpora``.
-
-    A corpus without a registered job is a classification corpus: its
-    :class:`~attnkit.tasks.Task` (registered with :func:`~attnkit.tasks.register_task`) runs in
-    :class:`~attnkit.tasks.trainer.ClassificationJob`."""
-
-    def register(cls: type[Job]) -> type[Job]:
-        for corpus in corpora:
-            if corpus in _JOBS and _JOBS[corpus] is not cls:
-                raise ValueError(f"corpus {corpus!r} already has a job: {_JOBS[corpus].__name__}")
-            _JOBS[corpus] = cls
-        return cls
-
-    return register
-
-
-def registered_job(corpus: str) -> type[Job] | None:
-    """The job class registered for ``corpus``, or ``None``."""
-    return _JOBS.get(corpus)

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import networkx as nx
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
+from attnkit.config import TASKS, ModelSection
 from attnkit.models.gat_classifier import GATClassifier
-from attnkit.tasks.base import Task, register_task
+from attnkit.tasks.base import Task
 
 #: labelled training nodes per faction (its leader included)
 TRAIN_PER_CLASS = 4
@@ -73,11 +75,27 @@ def karate_split(clubs: Sequence[str], seed: int) -> dict[str, list[int]]:
     return {name: sorted(ids) for name, ids in split.items()}
 
 
-@register_task("karate")
+class GATModelConfig(ModelSection):
+    """Graph attention network (Veličković et al. 2018): two GAT layers."""
+
+    kind: Literal["gat"] = "gat"
+    hidden_dim: int = Field(8, ge=1, description="per head")
+    heads: int = Field(8, ge=1)
+    output_heads: int = Field(
+        1, ge=1, description="heads of the output layer, averaged (GAT eq. 6)"
+    )
+    dropout: float = Field(
+        0.6, ge=0.0, lt=1.0, description="on each layer's input and on the attention weights"
+    )
+    negative_slope: float = Field(0.2, ge=0.0, description="of the LeakyReLU in the score")
+
+
+@TASKS.register("karate")
 class KarateClub(Task):
     """Which faction each member of Zachary's karate club joined, from the friendship graph."""
 
     classes = ("Mr. Hi", "Officer")
+    models = (GATModelConfig,)
 
     def load(self) -> Mapping[str, Sequence[Any]]:
         self._clubs, self._edge_index = karate_graph()

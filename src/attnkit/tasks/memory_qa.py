@@ -17,18 +17,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from pydantic import Field
 from torch import Tensor, nn
 
+from attnkit.config import TASKS, ModelSection
 from attnkit.data.memory_qa import LOCATIONS, QAExample, memory_qa_splits
 from attnkit.data.vocabulary import PAD, Vocabulary
 from attnkit.interpret.plots import draw_heatmap
 from attnkit.models.memory_network import EndToEndMemoryNetwork
-from attnkit.tasks.base import Task, register_task
+from attnkit.tasks.base import Task
 
 TRAIN_QUESTIONS = 10000  # as bAbI-10k
 VALID_QUESTIONS = 500
@@ -37,11 +39,26 @@ TEST_QUESTIONS = 1000
 HEATMAPS = 3
 
 
-@register_task("memory_qa")
+class MemoryNetworkModelConfig(ModelSection):
+    """End-to-end memory network (Sukhbaatar et al. 2015): multi-hop attention over memories."""
+
+    kind: Literal["memory_network"] = "memory_network"
+    embed_dim: int = Field(32, ge=1)
+    hops: int = Field(3, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    sentence_encoding: Literal["bag_of_words", "position"] = Field(
+        "position", description="BoW or position encoding (PE) of sentences (MemN2N §4.1)"
+    )
+    temporal_encoding: bool = Field(True, description="learned T_A, T_C per memory slot (§4.1)")
+    memory_size: int = Field(50, ge=1, description="the most recent sentences kept as memories")
+
+
+@TASKS.register("memory_qa")
 class MemoryQuestionAnswering(Task):
     """Where is an actor or an object, given the story so far (bAbI tasks 1-2 style)."""
 
     classes = LOCATIONS
+    models = (MemoryNetworkModelConfig,)
 
     def load(self) -> Mapping[str, Sequence[Any]]:
         train = self.config.data.max_examples or TRAIN_QUESTIONS

@@ -13,28 +13,43 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from pydantic import Field
 from torch import Tensor, nn
 
+from attnkit.config import TASKS, ModelSection
 from attnkit.data.movie_reviews import LABELS, Review, load_movie_reviews
 from attnkit.data.vocabulary import PAD
 from attnkit.interpret.plots import draw_heatmap
 from attnkit.models.han import HierarchicalAttentionNetwork
-from attnkit.tasks.base import WordTask, register_task
+from attnkit.tasks.base import WordTask
 
 #: test reviews drawn by :meth:`MovieReviews.artifacts`, and sentences shown of each
 ARTIFACT_REVIEWS, ARTIFACT_SENTENCES, ARTIFACT_WORDS = 4, 4, 30
 
 
-@register_task("movie_reviews")
+class HANModelConfig(ModelSection):
+    """Hierarchical attention network (Yang et al. 2016): word and sentence GRUs with attention."""
+
+    kind: Literal["han"] = "han"
+    embed_dim: int = Field(100, ge=1)
+    hidden_dim: int = Field(50, ge=1, description="per direction of each bidirectional GRU")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    max_sentences: int | None = Field(
+        None, ge=1, description="keep each document's first this many sentences (all splits)"
+    )
+
+
+@TASKS.register("movie_reviews")
 class MovieReviews(WordTask):
     """Is a whole movie review positive or negative? (HAN over words and sentences.)"""
 
     classes = LABELS
+    models = (HANModelConfig,)
 
     def load(self) -> Mapping[str, Sequence[Any]]:
         data = self.config.data

@@ -13,26 +13,44 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import Field
 from torch import Tensor, nn
 
+from attnkit.config import TASKS, ModelSection
 from attnkit.data.rated_sentences import LABELS, RatedSentence, load_rated_sentences
 from attnkit.interpret.plots import plot_heatmap
 from attnkit.interpret.record import record
 from attnkit.models.sentence_classifier import SentenceClassifier
-from attnkit.tasks.base import WordTask, pad_ids, register_task
+from attnkit.tasks.base import WordTask, pad_ids
 
 #: test sentences drawn by :meth:`RatedSentences.artifacts`
 ARTIFACT_SENTENCES = 6
 
 
-@register_task("rt_snippets")
+class SentenceModelConfig(ModelSection):
+    """A sentence classifier over a bidirectional GRU with the chosen attention (survey §3.3)."""
+
+    kind: Literal["sentence"] = "sentence"
+    attention: Literal["capsule", "multi_dimensional", "multi_representational", "uniform"] = (
+        "capsule"
+    )
+    embed_dim: int = Field(100, ge=1)
+    second_embed_dim: int = Field(
+        50, ge=1, description="multi_representational: the second embedding's size"
+    )
+    hidden_dim: int = Field(64, ge=1, description="per direction of the bidirectional GRU")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+@TASKS.register("rt_snippets")
 class RatedSentences(WordTask):
     """Is a review sentence positive or negative (by the sign of its mean human rating)?"""
 
     classes = LABELS
+    models = (SentenceModelConfig,)
 
     def load(self) -> Mapping[str, Sequence[Any]]:
         data = self.config.data

@@ -15,20 +15,33 @@ Model: :class:`attnkit.models.lcr_rot_hop.LCRRotHop` (``model.hops`` rotations).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
 from torch import Tensor, nn
 
+from attnkit.config import TASKS, ModelSection
 from attnkit.data.target_sentiment import LABELS, TargetExample, load_target_sentiment
 from attnkit.models.lcr_rot_hop import LCRRotHop
-from attnkit.tasks.base import WordTask, pad_ids, register_task
+from attnkit.tasks.base import WordTask, pad_ids
 
 
-@register_task("target_sentiment")
+class LCRRotHopModelConfig(ModelSection):
+    """LCR-Rot-hop (Wallaart & Frasincar 2019): rotatory attention over left/target/right."""
+
+    kind: Literal["lcr_rot_hop"] = "lcr_rot_hop"
+    embed_dim: int = Field(100, ge=1)
+    hidden_dim: int = Field(64, ge=1)
+    hops: int = Field(3, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+@TASKS.register("target_sentiment")
 class TargetSentiment(WordTask):
     """Is the sentiment towards the target (of the sentence holding it) positive or negative?"""
 
     classes = LABELS
+    models = (LCRRotHopModelConfig,)
 
     def load(self) -> Mapping[str, Sequence[Any]]:
         data = self.config.data

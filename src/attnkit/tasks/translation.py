@@ -24,14 +24,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field, model_validator
 from torch import Tensor, nn
 
 from attnkit.checkpoint import atomic_write
-from attnkit.config import ConfigError, RNNModelConfig, RunConfig, TransformerModelConfig
+from attnkit.config import TASKS, ConfigError, ModelSection, RunConfig, check_attention_kind
 from attnkit.data.batching import Batch, Batches, encode
 from attnkit.data.corpus import Example, Links, Vocabularies
 from attnkit.data.fast_align import FastAlign
@@ -58,7 +59,7 @@ from attnkit.tasks.alignment_methods import (
     compare_alignment_methods,
     forced_attention,
 )
-from attnkit.tasks.job import Job, Log, Presentation, RunDirectory, register_job
+from attnkit.tasks.job import Job, Log, Presentation, RunDirectory
 
 # How the report names each reading of attnkit.tasks.alignment_methods.
 READING_NAMES = {
@@ -104,6 +105,110 @@ def _load_corpus(config: RunConfig) -> dict[str, list[Example]]:
             f"{', '.join(str(root / name) for name in missing)})"
         )
     return load_hansards(root, max_length=data.max_length, max_pairs=data.max_pairs)
+
+
+class RNNModelConfig(ModelSection):
+    """RNN encoder–decoder with attention: Bahdanau et al. (2015) or Luong et al. (2015)."""
+
+    kind: Literal["rnn"] = "rnn"
+    style: Literal["bahdanau", "luong"] = "bahdanau"
+    score: Literal["additive", "concat", "dot", "general", "location"] = "additive"
+    align: Literal["global", "local_monotonic", "local_predictive"] = "global"
+    embed_dim: int = Field(256, ge=1)
+    hidden_dim: int = Field(256, ge=1)
+    num_layers: int = Field(1, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    window: int = Field(10, ge=1, description="D of the local alignments (Luong et al. use 10)")
+    input_feeding: bool = True
+    max_source_length: int = Field(100, ge=1, description="positions of the location score")
+
+    def describe(self) -> str:
+        return f"{self.style} GRU encoder-decoder, {self.score} score, {self.align} alignment"
+
+    @model_validator(mode="after")
+    def _bahdanau_is_additive(self) -> RNNModelConfig:
+        if self.style == "bahdanau" and (self.score, self.align) != ("additive", "global"):
+            raise ValueError(
+                "score/align: the bahdanau style is additive (concat) global attention; "
+                f"got score={self.score!r}, align={self.align!r} (use style: luong)"
+            )
+        return self
+
+
+class TransformerModelConfig(ModelSection):
+    """Transformer encoder–decoder (Vaswani et al. 2017) from attnkit's layers."""
+
+    kind: Literal["transformer"] = "transformer"
+    d_model: int = Field(256, ge=1)
+    nhead: int = Field(4, ge=1)
+    num_layers: int = Field(3, ge=1)
+    dim_feedforward: int = Field(1024, ge=1)
+    dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    max_length: int = Field(256, ge=1)
+    attention: str = Field(
+        "exact", description="the encoder's self-attention: exact or an efficient kind"
+    )
+    decoder_attention: str = Field(
+        "exact",
+        description="the decoder's causal self-attention: exact, sliding_window, linear, "
+        "performer or synthesizer_dense (cross-attention is always exact)",
+    )
+    alignment_layer: int | None = Field(
+        None,
+        description="the decoder layer of a Garg et al. (2019) alignment head, 0 = the bottom, "
+        "negative from the top (-2: the penultimate, theirs); supervised attention trains it",
+    )
+    alignment_head: int = Field(0, ge=0, description="which head of that layer's cross-attention")
+
+    def describe(self) -> str:
+        kinds = ""
+        if (self.attention, self.decoder_attention) != ("exact", "exact"):
+            kinds = f", {self.attention} encoder / {self.decoder_attention} decoder self-attention"
+        return f"Transformer encoder-decoder, {self.num_layers} layers, {self.nhead} heads{kinds}"
+
+    def architecture(self) -> dict[str, Any]:
+        # exact attention is what every run had before these keys existed: leaving the default
+        # out keeps the fingerprints of those runs' checkpoints
+        keys = super().architecture()
+        for key in ("attention", "decoder_attention"):
+            if keys[key] == "exact":
+                del keys[key]
+        return keys
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TransformerModelConfig:
+        if self.d_model % self.nhead:
+            raise ValueError(
+                f"nhead: the number of heads must divide d_model; got nhead={self.nhead}, "
+                f"d_model={self.d_model}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _alignment_head_exists(self) -> TransformerModelConfig:
+        layers = self.num_layers
+        if self.alignment_layer is not None and not -layers <= self.alignment_layer < layers:
+            raise ValueError(
+                f"alignment_layer: must be in [{-layers}, {layers - 1}] for num_layers={layers}; "
+                f"got {self.alignment_layer}"
+            )
+        if self.alignment_head >= self.nhead:
+            raise ValueError(
+                f"alignment_head: must be below nhead={self.nhead}; got {self.alignment_head}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _attention_kinds(self) -> TransformerModelConfig:
+        from attnkit.models.transformer_seq2seq import check_decoder_attention
+
+        check_attention_kind("attention", self.attention)
+        check_attention_kind("decoder_attention", self.decoder_attention)
+        try:
+            check_decoder_attention(self.decoder_attention)
+        except ValueError as error:
+            raise ValueError(f"decoder_attention: {error}") from None
+        return self
 
 
 def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
@@ -329,11 +434,19 @@ def alignment_targets(
     return linked
 
 
-@register_job("tatoeba", "hansards")
+@TASKS.register("hansards")
+@TASKS.register("tatoeba")
 class TranslationJob(Job):
     """Sequence-to-sequence training on a parallel corpus (see the module docstring)."""
 
     state_file = "vocab.json"
+    models = (RNNModelConfig, TransformerModelConfig)
+    translation = True
+
+    @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        if config.data.corpus == "hansards" and not config.data.root:
+            raise ValueError("data.root: the hansards corpus needs `root` (its directory)")
     example_noun = "pairs"
 
     def __init__(self, config: RunConfig) -> None:

@@ -15,21 +15,34 @@ parallel (Lu et al. eq. 12-16) or alternating (eq. 6-9).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
 from torch import Tensor, nn
 
+from attnkit.config import TASKS, ModelSection
 from attnkit.data.translation_match import LABELS, SentencePair, load_translation_match
 from attnkit.data.vocabulary import Vocabulary
 from attnkit.models.co_attention_classifier import CoAttentionClassifier
-from attnkit.tasks.base import Task, pad_ids, register_task
+from attnkit.tasks.base import Task, pad_ids
 
 
-@register_task("tatoeba_match")
+class CoAttentionModelConfig(ModelSection):
+    """Co-attention over two sequences (Lu et al. 2016): parallel or alternating."""
+
+    kind: Literal["co_attention"] = "co_attention"
+    style: Literal["parallel", "alternating"] = "parallel"
+    embed_dim: int = Field(64, ge=1)
+    hidden_dim: int = Field(64, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+
+
+@TASKS.register("tatoeba_match")
 class TranslationMatch(Task):
     """Is the French sentence a translation of the English one (in the Tatoeba release)?"""
 
     classes = LABELS
+    models = (CoAttentionModelConfig,)
 
     def load(self) -> Mapping[str, Sequence[Any]]:
         data = self.config.data
