@@ -1,6 +1,7 @@
 """Test-wide settings, and fixtures used in more than one directory."""
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -67,3 +68,16 @@ def browser():
     driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
     yield driver
     driver.quit()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The shared data pack of the real benchmarks: ``<repo root>/../shared/data`` if present,
+    else ``/work/shared/data``; tests of the real files skip when neither exists."""
+    for candidate in (
+        Path(__file__).resolve().parents[1].parent / "shared" / "data",
+        Path("/work/shared/data"),
+    ):
+        if candidate.is_dir():
+            return candidate
+    pytest.skip("the shared data pack is absent (../shared/data, /work/shared/data)")
