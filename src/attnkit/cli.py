@@ -66,6 +66,38 @@ def _check(args: argparse.Namespace, config: RunConfig) -> int:
     return 0
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    import json
+
+    import attnkit.tasks  # noqa: F401  (registers the tasks the configurations name)
+    from attnkit import reproduce
+
+    if args.list:
+        for name in reproduce.names():
+            spec = reproduce.load(name).reproduce
+            assert spec is not None
+            number = "" if spec.value is None else f" {spec.value:g}"
+            print(f"{name:32s} {spec.metric}{number}  {spec.paper}: {spec.source}")
+        return 0
+    if args.name is None:
+        raise ValueError("name a reproduction (attnkit reproduce --list shows them)")
+    line = reproduce.reproduce(
+        args.name,
+        seeds=args.seeds,
+        data=args.data,
+        quick=args.quick,
+        runs_dir=args.runs_dir,
+        uniform=not args.no_uniform,
+        quiet=args.quiet,
+    )
+    text = json.dumps(line, ensure_ascii=False)
+    if args.record:
+        with open(args.record, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+    print(text)
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     import json
 
@@ -396,6 +428,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--beam", type=_positive_int, default=None, help="beam size (default: config)"
     )
     explain.set_defaults(func=_explain)
+
+    reproduce = commands.add_parser(
+        "reproduce",
+        help="train a paper's model on its benchmark over several seeds, compare with its number",
+        description="Trains the seeds of configs/reproduce/NAME.yaml (and the same model with "
+        "uniform attention), one run directory each under RUNS_DIR/reproduce/ (an interrupted "
+        "reproduction resumes), prints a row per seed, the mean ± std beside the paper's "
+        "number, and last one JSON line.",
+    )
+    reproduce.add_argument("name", nargs="?", help="a reproduction (see --list)")
+    reproduce.add_argument("--list", action="store_true", help="list the reproductions")
+    reproduce.add_argument(
+        "--seeds", type=_positive_int, default=None, help="seeds (default: the paper's protocol)"
+    )
+    reproduce.add_argument(
+        "--data", default=None, help="the shared data folder (default ../shared/data)"
+    )
+    reproduce.add_argument(
+        "--quick", action="store_true", help="a few steps of one seed (what the tests run)"
+    )
+    reproduce.add_argument(
+        "--no-uniform", action="store_true", help="skip the uniform-attention model"
+    )
+    reproduce.add_argument(
+        "--record", default=None, metavar="FILE", help="also append the JSON line to FILE"
+    )
+    reproduce.add_argument("--runs-dir", default="runs", help="where runs are written")
+    reproduce.add_argument("--quiet", action="store_true", help="plain log lines")
+    reproduce.set_defaults(func=_reproduce)
 
     zoo = commands.add_parser(
         "zoo", help="every mechanism with its taxonomy row (survey Table 3) and what it is"

@@ -178,10 +178,46 @@ class TrainConfig(_Section):
     stop_on_nonfinite: bool = Field(
         True, description="stop at the first NaN/inf loss, naming the step and the likely cause"
     )
+    weight_decay: float = Field(
+        0.0, ge=0.0, description="L2 penalty of Adam (torch.optim.Adam's weight_decay)"
+    )
+    patience: int | None = Field(
+        None,
+        ge=1,
+        description="early stopping (GAT's rule): stop after this many evaluations in which "
+        "neither the validation loss fell nor the validation accuracy rose, and evaluate the "
+        "model of the last evaluation that improved both; needs eval_every",
+    )
+    attention: Literal["learned", "uniform"] = Field(
+        "learned",
+        description="uniform: train and evaluate with every attention of the model replaced by "
+        "uniform weights over its admissible keys (survey §4.1's extrinsic measure)",
+    )
     tensorboard: bool = Field(
         False,
         description="log the scalars and, at each evaluation, the report's attention heatmaps "
         "to RUN_DIR/tensorboard (needs the tensorboard extra)",
+    )
+
+
+class ReproduceSection(_Section):
+    """What a configuration of ``configs/reproduce/`` reproduces: the paper's number it is
+    compared with (``attnkit reproduce``)."""
+
+    paper: str = Field(min_length=1, description="authors, year and title")
+    source: str = Field(min_length=1, description="where the number is: table, row and column")
+    metric: str = Field(min_length=1, description="the key of results.json compared")
+    scale: float = Field(1.0, gt=0.0, description="results.json's value times this (100: %)")
+    value: float | None = Field(None, description="the paper's number, in its own unit")
+    std: float | None = Field(None, ge=0.0, description="the paper's spread, if it gives one")
+    seeds: int = Field(5, ge=1, le=20, description="seeds of a full reproduction")
+    lower_is_better: bool = False
+    quick: list[str] = Field(
+        default_factory=list, description="key=value overrides of `attnkit reproduce --quick`"
+    )
+    uniform: list[str] = Field(
+        default_factory=lambda: ["train.attention=uniform"],
+        description="key=value overrides giving the same model with uniform attention",
     )
 
 
@@ -219,6 +255,7 @@ class RunConfig(_Section):
     model: SerializeAsAny[ModelSection] = Field(default=None, validate_default=True)  # type: ignore[assignment]
     train: TrainConfig
     decode: DecodeConfig = DecodeConfig()
+    reproduce: ReproduceSection | None = None
 
     @property
     def is_translation(self) -> bool:
@@ -266,6 +303,15 @@ class RunConfig(_Section):
     @model_validator(mode="after")
     def _task_accepts(self) -> RunConfig:
         task_of(self.data.corpus).check_config(self)
+        return self
+
+    @model_validator(mode="after")
+    def _patience_needs_evaluations(self) -> RunConfig:
+        if self.train.patience is not None and self.train.eval_every is None:
+            raise ValueError(
+                "train.patience: early stopping reads the validation metrics; set "
+                "train.eval_every"
+            )
         return self
 
     @model_validator(mode="after")

@@ -34,6 +34,8 @@ from tqdm import tqdm
 from attnkit.checkpoint import Checkpoint, atomic_write, save_checkpoint
 from attnkit.config import RunConfig, architecture, differing_keys
 from attnkit.data_parallel import DEFAULT_TIMEOUT, DataParallel
+from attnkit.early_stopping import EarlyStopping
+from attnkit.evaluate.ablation import ablate
 from attnkit.report import describe_model, write_report
 from attnkit.run import (
     MetricsLog,
@@ -68,6 +70,15 @@ def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
         return 1.0
 
     return factor
+
+
+def attention_as_configured(config: RunConfig, model: nn.Module) -> contextlib.AbstractContextManager:
+    """The scope a run's model computes in: with ``train.attention: uniform`` every attention
+    the model computes through the engine uses uniform weights over its admissible keys (survey
+    §4.1: the same model without what its attention learns); else nothing changes."""
+    if config.train.attention == "uniform":
+        return ablate(model, mode="uniform")
+    return contextlib.nullcontext()
 
 
 class NonFiniteLossError(RuntimeError):
@@ -192,12 +203,19 @@ def _steps(
 
     model = run.new_model().to(parallel.device)  # cuda:LOCAL_RANK under NCCL, else the CPU
     # fused: one kernel per step instead of ~10 passes over every parameter (6x faster on CPU)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.train.lr, fused=True)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay, fused=True
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate_factor(config))
     step = 0
+    stopper = EarlyStopping(config.train.patience, run.path) if config.train.patience else None
+    if stopper is not None and parallel.world > 1:
+        raise ValueError("train.patience: early stopping runs in one process (not under torchrun)")
     if checkpoint is not None:
         checkpoint.restore(model, optimizer, scheduler, rng=True)
         step = checkpoint.step
+        if stopper is not None:
+            stopper.restore(checkpoint.extra.get("early_stopping"))
     else:  # a new run, or one resumed before its first checkpoint: start as a new run does
         torch.manual_seed(config.seed)  # dropout's stream starts from the seed too
     if resume is not None and main:
@@ -221,11 +239,12 @@ def _steps(
     start, window = time.perf_counter(), []
     tick = start
     with contextlib.ExitStack() as stack:
+        stack.enter_context(attention_as_configured(config, model))
         metrics = stack.enter_context(MetricsLog(run.metrics)) if main else None
         board = None
         if main and t.tensorboard:
             board = stack.enter_context(TensorBoardLogger(run.path / "tensorboard"))
-        while step < last:
+        while step < last and not (stopper is not None and stopper.stopped):
             parallel.stage = f"step {step + 1} of {t.steps}"
             loss, parts = job.loss(trained, parallel.place(job.batch(step, parallel)), parallel)
             # parts["loss"] is the global batch's: every rank stops at the same step
@@ -276,7 +295,10 @@ def _steps(
                     log(
                         f"step {step}  valid " + "  ".join(f"{k} {v:.4f}" for k, v in valid.items())
                     )
-            if step == last or (t.checkpoint_every and step % t.checkpoint_every == 0):
+                if stopper is not None:
+                    stopper.update(step, valid, model)
+            stopping = stopper is not None and stopper.stopped
+            if step == last or stopping or (t.checkpoint_every and step % t.checkpoint_every == 0):
                 metrics.flush()
                 save_checkpoint(
                     run.checkpoints,
@@ -285,11 +307,19 @@ def _steps(
                     optimizer=optimizer,
                     scheduler=scheduler,
                     architecture=architecture(config),
-                    extra={"data_position": step, "epoch": step // epoch_size},
+                    extra={
+                        "data_position": step,
+                        "epoch": step // epoch_size,
+                        **({"early_stopping": stopper.state()} if stopper is not None else {}),
+                    },
                     keep=t.keep_checkpoints,
                 )
     progress.close()
-    if step == t.steps and main:
+    stopped = stopper is not None and stopper.stopped
+    if (step == t.steps or stopped) and main:
+        if stopper is not None:
+            stopper.best_into(model)  # the model of the last evaluation that improved both
+            log(stopper.describe())
         finish(run, parallel.on_cpu(model).eval(), log=log, quiet=quiet)
     return run
 
@@ -331,7 +361,8 @@ def finish(run: Run, model: nn.Module, *, log: Log = print, quiet: bool = False)
     predicted classes and attention maps), ``results.json``, and the report (HTML + PNGs)."""
     config, job = run.config, run.job
     started = time.perf_counter()
-    results = job.evaluate(model, job.examples["test"], quiet=quiet)
+    with attention_as_configured(config, model):
+        results = job.evaluate(model, job.examples["test"], quiet=quiet)
     results["eval_seconds"] = round(time.perf_counter() - started, 1)
     train_seconds = sum(m.get("seconds", 0.0) for m in read_metrics(run.path))
     results["train_seconds"] = round(train_seconds, 1)

@@ -125,6 +125,7 @@ class _GraphAttentionBase(nn.Module):
         dropout: float,
         self_loops: bool,
         bias: bool,
+        uniform: bool = False,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -138,7 +139,7 @@ class _GraphAttentionBase(nn.Module):
             raise ValueError(f"dropout must be a probability in [0, 1), got {dropout}")
         self.in_features, self.out_features, self.num_heads = in_features, out_features, num_heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
-        self.self_loops = self_loops
+        self.self_loops, self.uniform = self_loops, uniform
         size = num_heads * out_features if concat else out_features
         self.bias = nn.Parameter(torch.zeros(size)) if bias else None
         self.taxonomy = {
@@ -169,6 +170,8 @@ class _GraphAttentionBase(nn.Module):
             edge_index = add_self_loops(edge_index, n)
         source, target = edge_index
         scores, messages = self._edge_scores(x, source, target)
+        if self.uniform:  # α_ij = 1/|N(i)|: the same layer without what its scores learn
+            scores = torch.zeros_like(scores)
         if observed():  # attention hooks (record, ablate) watch: go through the engine they see
             out, weights = self._through_engine(scores, messages, edge_index, n)
         else:
@@ -240,6 +243,8 @@ class GraphAttention(_GraphAttentionBase):
             (``[N, F']``, the paper's output layer).
         negative_slope: of the LeakyReLU (the paper: 0.2).
         dropout: on the attention weights, in training mode only.
+        uniform: ``α_ij = 1/|N(i)|`` whatever the scores (the uniform-attention baseline of
+            the survey's §4.1, native to the edge list).
         self_loops: add ``i → i`` to every node (replacing existing loops): ``i ∈ N(i)``.
         bias: a learned bias added to the output.
 
@@ -266,9 +271,18 @@ class GraphAttention(_GraphAttentionBase):
         dropout: float = 0.0,
         self_loops: bool = True,
         bias: bool = True,
+        uniform: bool = False,
     ) -> None:
         super().__init__(
-            in_features, out_features, num_heads, concat, negative_slope, dropout, self_loops, bias
+            in_features,
+            out_features,
+            num_heads,
+            concat,
+            negative_slope,
+            dropout,
+            self_loops,
+            bias,
+            uniform,
         )
         self.linear = nn.Linear(in_features, num_heads * out_features, bias=False)
         self.attention_source = nn.Parameter(torch.empty(num_heads, out_features))
@@ -298,6 +312,8 @@ class GraphAttentionV2(_GraphAttentionBase):
             (``[N, F']``, an output layer).
         negative_slope: of the LeakyReLU (0.2).
         dropout: on the attention weights, in training mode only.
+        uniform: ``α_ij = 1/|N(i)|`` whatever the scores (the uniform-attention baseline of
+            the survey's §4.1, native to the edge list).
         self_loops: add ``i → i`` to every node (replacing existing loops): ``i ∈ N(i)``.
         bias: a learned bias added to the output.
         share_weights: one matrix for sources and targets (``W_s = W_t``).
@@ -325,9 +341,18 @@ class GraphAttentionV2(_GraphAttentionBase):
         self_loops: bool = True,
         bias: bool = True,
         share_weights: bool = False,
+        uniform: bool = False,
     ) -> None:
         super().__init__(
-            in_features, out_features, num_heads, concat, negative_slope, dropout, self_loops, bias
+            in_features,
+            out_features,
+            num_heads,
+            concat,
+            negative_slope,
+            dropout,
+            self_loops,
+            bias,
+            uniform,
         )
         self.source_linear = nn.Linear(in_features, num_heads * out_features)
         self.target_linear = (

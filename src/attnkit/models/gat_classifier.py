@@ -23,8 +23,12 @@ from torch import Tensor, nn
 
 from attnkit.mechanisms.graph import (
     GraphAttention,
+    GraphAttentionV2,
     check_graph,
 )
+
+#: the layer of each variant: GAT's static attention, GATv2's dynamic attention
+LAYERS = {"gat": GraphAttention, "gatv2": GraphAttentionV2}
 
 
 class GATClassifier(nn.Module):
@@ -40,6 +44,10 @@ class GATClassifier(nn.Module):
         output_heads: ``K'`` of the output layer (averaged, GAT eq. 6).
         dropout: on each layer's input and on the attention weights (the paper: 0.6).
         negative_slope: of the LeakyReLU in the score (the paper: 0.2).
+        variant: ``"gat"`` (Veličković et al. 2018) or ``"gatv2"`` (Brody et al. 2022: the
+            same network with GATv2's dynamic attention, eq. 7 of theirs).
+        uniform_attention: every layer attends uniformly over each neighbourhood
+            (``α_ij = 1/|N(i)|``): the same network without what its attention learns.
 
     ``forward(nodes [B]) -> logits [B, C]``: the whole graph is propagated (attention needs
     every neighbour), then the rows of the asked nodes are returned.
@@ -65,8 +73,13 @@ class GATClassifier(nn.Module):
         output_heads: int = 1,
         dropout: float = 0.6,
         negative_slope: float = 0.2,
+        variant: str = "gat",
+        uniform_attention: bool = False,
     ) -> None:
         super().__init__()
+        if variant not in LAYERS:
+            raise ValueError(f"variant must be one of {', '.join(LAYERS)}, got {variant!r}")
+        layer = LAYERS[variant]
         if features.dim() != 2:
             raise ValueError(f"features must be [N, F], got {tuple(features.shape)}")
         check_graph("GATClassifier", features, edge_index, features.shape[1])
@@ -75,21 +88,23 @@ class GATClassifier(nn.Module):
         self.register_buffer("features", features.float())
         self.register_buffer("edge_index", edge_index.long())
         self.dropout = dropout
-        self.hidden = GraphAttention(
+        self.hidden = layer(
             features.shape[1],
             hidden_dim,
             heads,
             concat=True,
             negative_slope=negative_slope,
             dropout=dropout,
+            uniform=uniform_attention,
         )
-        self.output = GraphAttention(
+        self.output = layer(
             heads * hidden_dim,
             num_classes,
             output_heads,
             concat=False,
             negative_slope=negative_slope,
             dropout=dropout,
+            uniform=uniform_attention,
         )
 
     def node_logits(self) -> Tensor:

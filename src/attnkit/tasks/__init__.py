@@ -14,6 +14,7 @@ from attnkit.tasks import (  # noqa: F401  (each registers its task)
     karate,
     memory_qa,
     movie_reviews,
+    planetoid,
     rated_sentences,
     target_sentiment,
     translation,

@@ -42,6 +42,8 @@ class Task(ABC):
     #: split the vocabulary is learnt from
     architecture_data_keys: ClassVar[tuple[str, ...]] = (*ARCHITECTURE_DATA_KEYS, "max_examples")
     translation: ClassVar[bool] = False
+    #: examples per evaluation batch (None: ``train.batch_size``)
+    eval_batch_size: ClassVar[int | None] = None
 
     @classmethod
     def check_config(cls, config: RunConfig) -> None:

@@ -88,6 +88,25 @@ class GATModelConfig(ModelSection):
         0.6, ge=0.0, lt=1.0, description="on each layer's input and on the attention weights"
     )
     negative_slope: float = Field(0.2, ge=0.0, description="of the LeakyReLU in the score")
+    layer: Literal["gat", "gatv2"] = Field(
+        "gat", description="GAT's static attention or GATv2's dynamic one (Brody et al. 2022)"
+    )
+
+    uniform_attention: bool = Field(
+        False,
+        description="attend uniformly over each neighbourhood, natively on the edge list (the "
+        "uniform-attention baseline; train.attention: uniform does it through the engine, "
+        "O(N²))",
+    )
+
+    def architecture(self) -> dict[str, Any]:
+        # GAT is what every run had before the key existed: leaving it out keeps the
+        # fingerprints of those runs' checkpoints; uniform attention changes no tensor
+        keys = super().architecture()
+        if keys["layer"] == "gat":
+            del keys["layer"]
+        del keys["uniform_attention"]
+        return keys
 
 
 @TASKS.register("karate")
@@ -129,6 +148,8 @@ class KarateClub(Task):
             output_heads=section.output_heads,
             dropout=section.dropout,
             negative_slope=section.negative_slope,
+            variant=section.layer,
+            uniform_attention=section.uniform_attention,
         )
 
     def describe(self, example: Any) -> str:

@@ -146,9 +146,7 @@ class ClassificationJob(Job):
         return loss, {"loss": float(value)}
 
     def valid(self, model: nn.Module) -> dict[str, float]:
-        return classification_metrics(
-            model, self.task, self.examples["valid"], self.config.train.batch_size
-        )
+        return classification_metrics(model, self.task, self.examples["valid"], self._eval_batch)
 
     def evaluate(
         self,
@@ -158,7 +156,11 @@ class ClassificationJob(Job):
         beam_size: int | None = None,
         quiet: bool = True,
     ) -> dict[str, Any]:
-        return evaluate_classifier(model, self.task, examples, self.config.train.batch_size)
+        return evaluate_classifier(model, self.task, examples, self._eval_batch)
+
+    @property
+    def _eval_batch(self) -> int:
+        return self.task.eval_batch_size or self.config.train.batch_size
 
     def present(self, model: nn.Module, directory: Path) -> Presentation:
         """The first eight test examples with their predicted class, and the task's
