@@ -162,7 +162,9 @@ def _matrix(path: Path, rows: int | None = None) -> np.ndarray:
 
 def _test_index(path: Path) -> np.ndarray:
     ids = []
-    for number, line in enumerate(path.read_text(encoding="ascii").split("\n"), start=1):
+    for number, line in enumerate(
+        path.read_text(encoding="utf-8", errors="replace").split("\n"), start=1
+    ):
         if not line.strip():
             continue
         try:
@@ -179,7 +181,15 @@ def _adjacency(path: Path, num_nodes: int) -> dict[int, list[int]]:
     if not isinstance(graph, dict):
         raise ValueError(f"{path}: expected a dict of node -> neighbour list, got {type(graph)}")
     for node, neighbours in graph.items():
-        bad = [n for n in (node, *neighbours) if not 0 <= int(n) < num_nodes]
+        if not isinstance(neighbours, list):
+            raise ValueError(
+                f"{path}: expected a neighbour list for node {node!r}, got {neighbours!r:.40}"
+            )
+        bad = [
+            n
+            for n in (node, *neighbours)
+            if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n < num_nodes
+        ]
         if bad:
             raise ValueError(
                 f"{path}: expected node ids in [0, {num_nodes}), got {bad[0]} (node {node})"
