@@ -94,7 +94,7 @@ def _allowed_globals() -> dict[tuple[str, str], Any]:
     try:  # numpy >= 2 keeps the implementation in numpy._core
         from numpy._core.multiarray import _reconstruct
     except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import _reconstruct
+        from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
     return {
         # protocol 2 writes numpy's bytes through _codecs.encode (Python 2 compatibility)
         ("_codecs", "encode"): codecs.encode,
