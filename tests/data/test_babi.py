@@ -118,6 +118,10 @@ def test_malformed_line_names_file_and_line(tmp_path, content, line, expected):
     assert expected in message and "\n" not in message
 
 
+def test_root_may_be_the_en_directory(root):
+    assert task_file(root / "en", 20, "test") == task_file(root, 20, "test")
+
+
 def test_missing_file_and_bad_arguments(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"qa4_two-arg-relations_test\.txt"):
         task_file(tmp_path, 4, "test")

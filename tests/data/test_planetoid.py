@@ -196,3 +196,13 @@ def test_pickle_of_another_class_is_refused(tmp_path, capsys):
 def test_unknown_name_is_refused(tmp_path):
     with pytest.raises(ValueError, match="name must be one of"):
         load_planetoid(tmp_path, "pubmed")
+
+
+def test_adjacency_outside_the_graph_is_named(tmp_path):
+    _write_tiny(tmp_path)
+    with open(tmp_path / "ind.cora.graph", "wb") as handle:
+        pickle.dump(collections.defaultdict(list, {0: [1, 513]}), handle, protocol=2)
+    with pytest.raises(
+        ValueError, match=r"ind\.cora\.graph: expected node ids in \[0, 513\), got 513"
+    ):
+        load_planetoid(tmp_path, "cora")

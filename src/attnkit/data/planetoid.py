@@ -94,7 +94,7 @@ def _allowed_globals() -> dict[tuple[str, str], Any]:
     try:  # numpy >= 2 keeps the implementation in numpy._core
         from numpy._core.multiarray import _reconstruct
     except ImportError:  # pragma: no cover - numpy 1.x
-        from numpy.core.multiarray import _reconstruct
+        from numpy.core.multiarray import _reconstruct  # type: ignore[no-redef]
     return {
         # protocol 2 writes numpy's bytes through _codecs.encode (Python 2 compatibility)
         ("_codecs", "encode"): codecs.encode,
@@ -162,7 +162,9 @@ def _matrix(path: Path, rows: int | None = None) -> np.ndarray:
 
 def _test_index(path: Path) -> np.ndarray:
     ids = []
-    for number, line in enumerate(path.read_text(encoding="ascii").split("\n"), start=1):
+    for number, line in enumerate(
+        path.read_text(encoding="utf-8", errors="replace").split("\n"), start=1
+    ):
         if not line.strip():
             continue
         try:
@@ -179,7 +181,15 @@ def _adjacency(path: Path, num_nodes: int) -> dict[int, list[int]]:
     if not isinstance(graph, dict):
         raise ValueError(f"{path}: expected a dict of node -> neighbour list, got {type(graph)}")
     for node, neighbours in graph.items():
-        bad = [n for n in (node, *neighbours) if not 0 <= int(n) < num_nodes]
+        if not isinstance(neighbours, list):
+            raise ValueError(
+                f"{path}: expected a neighbour list for node {node!r}, got {neighbours!r:.40}"
+            )
+        bad = [
+            n
+            for n in (node, *neighbours)
+            if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n < num_nodes
+        ]
         if bad:
             raise ValueError(
                 f"{path}: expected node ids in [0, {num_nodes}), got {bad[0]} (node {node})"

@@ -15,10 +15,10 @@ byte ``0x85`` is an ellipsis here, not a line break.
   lower-cases it.
 * **MR** (Pang & Lee 2005, ``rt-polarity``): 5,331 negative (0) then 5,331 positive (1) review
   sentences, lower-cased. There is no standard split: results are the mean over 10-fold
-  cross-validation. :func:`cross_validation_folds` deals the sentences into 10 folds after a
-  shuffle with ``random.Random(f"mr/{seed}")`` — fold ``k`` is the test part of round ``k``.
-  Kim's own folds were drawn with an unrecorded random state, so they cannot be reproduced;
-  stratified folds (each class dealt separately) keep every fold at 50/50 up to one sentence.
+  cross-validation. :func:`cross_validation_folds` shuffles each class with
+  ``random.Random(f"mr/{seed}/{label}")`` and deals the sentences round-robin into 10 folds —
+  fold ``k`` is the test part of round ``k`` — so every fold is 50/50 up to one sentence. The
+  file carries no fold assignment of Kim's, so his folds cannot be reproduced.
 """
 
 from __future__ import annotations
