@@ -431,7 +431,7 @@ class RunConfig(_Section):
     """A whole run: ``name``, ``seed``, and the four sections."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, lt=2**63)  # torch.manual_seed takes a signed 64-bit seed
     data: DataConfig = DataConfig()
     model: ModelConfig = RNNModelConfig()
     train: TrainConfig

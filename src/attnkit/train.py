@@ -37,14 +37,14 @@ from attnkit.data_parallel import DEFAULT_TIMEOUT, DataParallel
 from attnkit.report import describe_model, write_report
 from attnkit.run import (
     MetricsLog,
+    NewRunDirectory,
     Run,
     RunLock,
-    check_new_run,
-    make_run_dir,
     new_run_path,
     read_metrics,
     remove_stale_temporaries,
     truncate_metrics,
+    write_resumed_config,
 )
 from attnkit.tasks import job_for
 from attnkit.tasks.job import Job, Log
@@ -155,11 +155,9 @@ def _train(
             path = ""
             if main:
                 # locked before its first file is written: two trainings given one --run-dir
-                # cannot both write it
+                # cannot both write it; removed again if the set-up fails
                 target = new_run_path(config, runs_dir, run_dir)
-                check_new_run(target)
-                make_run_dir(target)
-                held.enter_context(RunLock.acquire(target))
+                held.enter_context(NewRunDirectory.create(target))
                 path = str(Run.create(config, learnt, path=target, job=job).path)
             # the others wait for rank 0's directory; every rank takes the state it wrote
             run = Run.open(parallel.share_text(path), job=job)
@@ -204,6 +202,7 @@ def _steps(
         note = truncate_metrics(run.metrics, step)
         if note:
             log(note)
+        write_resumed_config(run.path, config)  # translate and explain read what it goes on with
     trained = parallel.wrap(model)
 
     t = config.train
