@@ -108,6 +108,8 @@ def train(
     :class:`~attnkit.distributed.PeerFailureError`."""
     parallel = DataParallel.from_environment(timeout)
     try:
+        # every rank must train the same run: refused before anything is read or written
+        parallel.agree(_agreed_settings(config, resume, stop_after))
         return _train(config, parallel, runs_dir, run_dir, resume, stop_after, quiet, log)
     except Exception as error:
         failure = parallel.peer_failure(error)
@@ -116,6 +118,18 @@ def train(
         raise failure from error
     finally:
         parallel.close()
+
+
+def _agreed_settings(
+    config: RunConfig, resume: str | Path | None, stop_after: int | None
+) -> dict[str, Any]:
+    """What every rank of a data-parallel run must agree on: the resolved configuration (the
+    seed orders the batches of every rank), whether it resumes, and where it stops."""
+    return {
+        **config.model_dump(mode="json"),
+        "--resume": resume is not None,
+        "--stop-after": stop_after,
+    }
 
 
 def _train(
