@@ -48,7 +48,7 @@ from attnkit.run import (
 )
 from attnkit.tasks import job_for
 from attnkit.tasks.job import Job, Log
-from attnkit.tensorboard import TensorBoardLogger
+from attnkit.tensorboard import TensorBoardLogger, truncate_events
 
 
 def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
@@ -214,6 +214,9 @@ def _steps(
         torch.manual_seed(config.seed)  # dropout's stream starts from the seed too
     if resume is not None and main:
         note = truncate_metrics(run.metrics, step)
+        if note:
+            log(note)
+        note = truncate_events(run.path / "tensorboard", step)  # as the metrics
         if note:
             log(note)
         write_resumed_config(run.path, config)  # translate and explain read what it goes on with
