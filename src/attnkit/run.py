@@ -18,7 +18,8 @@ loaded), restores its job (:func:`attnkit.tasks.job_for`: what the run learnt, i
 :func:`explain_run` writes the attention viewer page of a translation run.
 
 A process that writes a run (``attnkit train``, also ``--resume``) holds :class:`RunLock`; a second
-writer is refused naming the holder's pid. At the start of a write, the temporary files of
+writer is refused naming the holder's pid. A new run's directory is a :class:`NewRunDirectory`:
+removed again if the run's set-up fails, so a failed start leaves nothing behind. At the start of a write, the temporary files of
 interrupted atomic writes are removed (:func:`remove_stale_temporaries`), and a torn last line of
 ``metrics.jsonl`` is dropped and reported (:func:`truncate_metrics`).
 """
