@@ -19,9 +19,10 @@ loaded), restores its job (:func:`attnkit.tasks.job_for`: what the run learnt, i
 
 A process that writes a run (``attnkit train``, also ``--resume``) holds :class:`RunLock`; a second
 writer is refused naming the holder's pid. A new run's directory is a :class:`NewRunDirectory`:
-removed again if the run's set-up fails, so a failed start leaves nothing behind. At the start of a write, the temporary files of
-interrupted atomic writes are removed (:func:`remove_stale_temporaries`), and a torn last line of
-``metrics.jsonl`` is dropped and reported (:func:`truncate_metrics`).
+removed again if the run's set-up fails, so a failed start leaves nothing behind. At the start of
+a write, the temporary files of interrupted atomic writes are removed
+(:func:`remove_stale_temporaries`), and a torn last line of ``metrics.jsonl`` is dropped and
+reported (:func:`truncate_metrics`).
 """
 
 from __future__ import annotations
