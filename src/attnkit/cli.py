@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from attnkit import __version__
@@ -230,6 +231,7 @@ def _explain(args: argparse.Namespace) -> int:
             raise ValueError(f"--output: the folder {folder} does not exist (create it first)")
         if os.path.isdir(args.output):
             raise ValueError(f"--output: {args.output} is a folder; give a file name (.html)")
+        _check_explain_output(args.output, args.run_dir, force=args.force)
     if args.hf is not None:
         from attnkit.integrations.huggingface import explain_model
 
@@ -241,6 +243,25 @@ def _explain(args: argparse.Namespace) -> int:
     path = explain_run(args.run_dir, args.input, output=args.output, beam_size=args.beam)
     print(f"attention viewer: {path}")
     return 0
+
+
+def _check_explain_output(output: str, run_dir: str | None, *, force: bool) -> None:
+    """``explain --output``: never into a run's ``checkpoints/`` folder (a page there would
+    replace a checkpoint or sit among them), and onto an existing file only with ``--force``."""
+    explained = None if run_dir is None else os.path.realpath(os.path.join(run_dir, "checkpoints"))
+    # where the page's name is replaced (a symbolic link itself, never followed) and, for a
+    # symbolic link, the file it points at
+    for place in {Path(os.path.abspath(output)), Path(os.path.realpath(output))}:
+        for folder in place.parents:
+            if os.path.realpath(folder) == explained or (
+                folder.name == "checkpoints" and (folder.parent / "config.yaml").is_file()
+            ):
+                raise ValueError(
+                    f"--output: {output} is in the run's checkpoints folder {folder}; write the "
+                    "page elsewhere"
+                )
+    if os.path.lexists(output) and not force:
+        raise ValueError(f"--output: {output} exists; give --force to replace it")
 
 
 def _positive_int(text: str) -> int:
@@ -423,7 +444,15 @@ def build_parser() -> argparse.ArgumentParser:
         "layer and head, the model's own tokens; needs the hf extra)",
     )
     explain.add_argument("--input", required=True, help="an English sentence (any text with --hf)")
-    explain.add_argument("--output", default=None, help="HTML path (default: in the run dir)")
+    explain.add_argument(
+        "--output",
+        default=None,
+        help="HTML path (default: in the run dir); an existing file is refused unless --force, "
+        "a run's checkpoints/ folder always",
+    )
+    explain.add_argument(
+        "--force", action="store_true", help="replace the --output file if it exists"
+    )
     explain.add_argument(
         "--beam", type=_positive_int, default=None, help="beam size (default: config)"
     )

@@ -250,7 +250,7 @@ class RunConfig(_Section):
     those of the task ``data.corpus`` names (see :data:`TASKS`)."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, lt=2**63)  # torch.manual_seed takes a signed 64-bit seed
     data: SerializeAsAny[DataConfig] = Field(default=None, validate_default=True)  # type: ignore[assignment]
     model: SerializeAsAny[ModelSection] = Field(default=None, validate_default=True)  # type: ignore[assignment]
     train: TrainConfig

@@ -18,7 +18,10 @@ failed collective — a peer died, hangs, or did not answer in time — becomes 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
@@ -26,6 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from attnkit.config import ConfigError
 from attnkit.data.batching import Batch
 from attnkit.distributed.process_group import (
     PeerFailureError,
@@ -162,6 +166,54 @@ class DataParallel:
         dist.broadcast(data, 0)
         return bytes(data.tolist()).decode()
 
+    def gather_text(self, text: str) -> list[str]:
+        """Every rank's ``text``, in rank order (on one process ``[text]``)."""
+        if self.world == 1:
+            return [text]
+        data = text.encode()
+        size = torch.tensor([len(data)], dtype=torch.int64, device=self.device)
+        sizes = [torch.empty_like(size) for _ in range(self.world)]
+        dist.all_gather(sizes, size)
+        longest = max(int(s) for s in sizes)
+        mine = torch.zeros(longest, dtype=torch.uint8, device=self.device)
+        mine[: len(data)] = torch.tensor(list(data), dtype=torch.uint8)
+        gathered = [torch.empty_like(mine) for _ in range(self.world)]
+        dist.all_gather(gathered, mine)
+        return [bytes(g[: int(n)].tolist()).decode() for g, n in zip(gathered, sizes, strict=True)]
+
+    def agree(self, settings: Mapping[str, Any]) -> None:
+        """:class:`ConfigError` unless every rank was given the same ``settings`` (a run's
+        resolved configuration: ranks with different seeds would shuffle different batches,
+        with different sizes fail later in a collective). One line names each key that differs,
+        e.g. ``seed: rank 0 has 0, rank 1 has 1``; every rank raises the same error.
+
+        A SHA-256 of the settings (JSON, keys sorted) is compared first; the settings themselves
+        travel only when the hashes differ."""
+        if self.world == 1:
+            return
+        text = json.dumps(settings, sort_keys=True, default=str)
+        digest = torch.tensor(
+            list(hashlib.sha256(text.encode()).digest()), dtype=torch.uint8, device=self.device
+        )
+        digests = [torch.empty_like(digest) for _ in range(self.world)]
+        dist.all_gather(digests, digest)
+        if all(torch.equal(d, digests[0]) for d in digests):
+            return
+        flat = [_flatten(json.loads(other)) for other in self.gather_text(text)]
+        problems = []
+        for key in sorted(set().union(*flat)):
+            values = [f.get(key, "<absent>") for f in flat]
+            differ = [rank for rank, value in enumerate(values) if value != values[0]]
+            if differ:
+                shown = ", ".join(f"rank {r} has {values[r]!r}" for r in [0, *differ[:3]])
+                more = f" (and {len(differ) - 3} more ranks)" if len(differ) > 3 else ""
+                problems.append(f"{key}: {shown}{more}")
+        raise ConfigError(
+            f"the {self.world} data-parallel ranks were given different settings: "
+            + "; ".join(problems)
+            + " (start every rank with the same configuration and options)"
+        )
+
     def peer_failure(self, error: BaseException) -> PeerFailureError | None:
         """The clear error for ``error`` if it is a failed collective of a multi-process run —
         a peer's connection closed, or a wait timed out — else ``None``.
@@ -195,6 +247,16 @@ class DataParallel:
     def close(self) -> None:
         if self.world > 1 and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"hidden_dim": 8}}`` as ``{"model.hidden_dim": 8}``."""
+    if not isinstance(value, dict) or not value:
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 def _to_device(value: Any, device: torch.device) -> Any:

@@ -18,17 +18,22 @@ loaded), restores its job (:func:`attnkit.tasks.job_for`: what the run learnt, i
 :func:`explain_run` writes the attention viewer page of a translation run.
 
 A process that writes a run (``attnkit train``, also ``--resume``) holds :class:`RunLock`; a second
-writer is refused naming the holder's pid. At the start of a write, the temporary files of
-interrupted atomic writes are removed (:func:`remove_stale_temporaries`), and a torn last line of
-``metrics.jsonl`` is dropped and reported (:func:`truncate_metrics`).
+writer is refused naming the holder's pid. A new run's directory is a :class:`NewRunDirectory`:
+removed again if the run's set-up fails, so a failed start leaves nothing behind. At the start of
+a write, the temporary files of interrupted atomic writes are removed
+(:func:`remove_stale_temporaries`), and a torn last line of ``metrics.jsonl`` is dropped and
+reported (:func:`truncate_metrics`).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import re
+import shutil
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -65,6 +70,7 @@ from attnkit.tasks.translation import TranslationJob, build_model, load_examples
 __all__ = [
     "LOCK_FILE",
     "MetricsLog",
+    "NewRunDirectory",
     "Run",
     "RunLock",
     "RunLockedError",
@@ -80,6 +86,7 @@ __all__ = [
     "remove_stale_temporaries",
     "require_finite",
     "truncate_metrics",
+    "write_resumed_config",
 ]
 
 #: the lock file of a run directory (see :class:`RunLock`)
@@ -93,6 +100,38 @@ class RunLockedError(CheckpointError):
 def _with_path(error: OSError, path: Path) -> OSError:
     """``error`` naming ``path`` (a failed write or flush does not name its file)."""
     return OSError(error.errno, error.strerror or str(error), str(path))
+
+
+#: what a lock file holds: nothing, or the pid of its last holder and a newline
+_PID = re.compile(rb"\d{0,20}\n?")
+_LOCK_BYTES = 21
+_NOT_A_LOCK = "not a lock file of attnkit"
+
+
+def _open_lock_file(path: Path) -> int:
+    """A descriptor of the lock file ``path``, opened (created if missing) without following a
+    symbolic link and refused unless it is a regular file with no other hard link."""
+    # O_NOFOLLOW: a symbolic link fails with ELOOP instead of opening (or creating) its target;
+    # O_NONBLOCK: a FIFO put there does not block the open (it is refused below)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise CheckpointError(
+                f"{path}: {_NOT_A_LOCK} (a symbolic link, which is never followed); remove it"
+            ) from None
+        raise _with_path(error, path) from None
+    status = os.fstat(fd)
+    what = None
+    if not stat.S_ISREG(status.st_mode):
+        what = "not a regular file"
+    elif status.st_nlink != 1:  # a hard link to a file elsewhere: truncating it would reach it
+        what = f"a regular file with {status.st_nlink} hard links"
+    if what is not None:
+        os.close(fd)
+        raise CheckpointError(f"{path}: {_NOT_A_LOCK} ({what}); remove it")
+    return fd
 
 
 class RunLock:
@@ -112,12 +151,14 @@ class RunLock:
     @classmethod
     def acquire(cls, run_dir: str | Path) -> RunLock:
         """Lock ``run_dir`` (which must exist); :class:`RunLockedError` naming the holder's pid
-        if another process holds it, ``OSError`` naming the lock file if it cannot be opened."""
+        if another process holds it, ``OSError`` naming the lock file if it cannot be opened.
+
+        The lock file is never followed or truncated unless it is this module's: a symbolic link,
+        a file with other hard links, anything but a regular file, or a file holding anything but
+        a pid is refused (:class:`~attnkit.checkpoint.CheckpointError` naming it), so a ``.lock``
+        planted in a run directory cannot make the trainer overwrite another file."""
         path = Path(run_dir) / LOCK_FILE
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError as error:
-            raise _with_path(error, path) from None
+        fd = _open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -127,6 +168,9 @@ class RunLock:
                 f"{path}: the run is being written by another process (pid {holder}); wait for "
                 "it to end"
             ) from None
+        if not _PID.fullmatch(os.pread(fd, _LOCK_BYTES + 1, 0)):
+            os.close(fd)  # never truncated: the file is not a lock file this module wrote
+            raise CheckpointError(f"{path}: {_NOT_A_LOCK} (it holds other data); remove it")
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
@@ -190,9 +234,37 @@ def new_run_path(
 
 
 def check_new_run(path: Path) -> None:
-    """:class:`ConfigError` unless ``path`` is absent or empty (but for its lock file)."""
+    """:class:`ConfigError` unless ``path`` is absent or empty but for a lock file (one a
+    training that failed, or another training starting in it, leaves): a regular file holding
+    nothing or a pid. Any other ``.lock`` (a symbolic link, a hard link, other data) is refused,
+    naming it: :class:`RunLock` would refuse it too, after the directory was taken."""
     if path.exists() and any(p.name != LOCK_FILE for p in path.iterdir()):
         raise ConfigError(f"run directory {str(path)!r} exists and is not empty (use --resume)")
+    lock = path / LOCK_FILE
+    if os.path.lexists(lock):
+        problem = _lock_file_problem(lock)
+        if problem is not None:
+            raise ConfigError(f"{lock}: {_NOT_A_LOCK} ({problem}); remove it or give another path")
+
+
+def _lock_file_problem(lock: Path) -> str | None:
+    """Why ``lock`` is not a lock file :class:`RunLock` wrote, or ``None`` if it is one."""
+    try:
+        status = lock.lstat()
+        if stat.S_ISLNK(status.st_mode):
+            return "a symbolic link, which is never followed"
+        if not stat.S_ISREG(status.st_mode):
+            return "not a regular file"
+        if status.st_nlink != 1:
+            return f"a regular file with {status.st_nlink} hard links"
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            head = os.pread(fd, _LOCK_BYTES + 1, 0)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        return f"unreadable: {error.strerror or error}"
+    return None if _PID.fullmatch(head) else "it holds other data"
 
 
 def make_run_dir(path: Path) -> None:
@@ -201,6 +273,95 @@ def make_run_dir(path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise _with_path(error, path) from None
+
+
+class NewRunDirectory:
+    """A new run's directory while the run sets up: made and locked by :meth:`create`, and
+    removed again if the run fails before it records its first training step.
+
+    ``attnkit train`` exits with code 2 when nothing was run or written. Until a step is recorded
+    (a line of ``metrics.jsonl``, a checkpoint) the directory holds only what a new start writes
+    again from the configuration and the data (``config.yaml``, the job's state, aligner links),
+    so a failed set-up — the data, the model's size, a peer — loses nothing by its removal, and
+    the same ``--run-dir`` can be given again. What existed before is never removed: a directory
+    (or parent) that existed stays, and so does a lock file it held.
+
+    Example::
+
+        >>> with NewRunDirectory.create(Path("runs/tiny")) as new:
+        ...     train_in(new.path)  # an exception before its first metrics line removes runs/tiny
+    """
+
+    def __init__(self, path: Path, lock: RunLock, made: list[Path], keep_lock: bool) -> None:
+        self.path, self.lock = path, lock
+        self._made, self._keep_lock = made, keep_lock
+
+    @classmethod
+    def create(cls, path: str | Path) -> NewRunDirectory:
+        """Check (:func:`check_new_run`), make (with its parents) and lock ``path``."""
+        path = Path(path)
+        check_new_run(path)
+        made = []  # the directories made here, deepest first
+        missing = path
+        while not os.path.lexists(missing) and missing != missing.parent:
+            made.append(missing)
+            missing = missing.parent
+        keep_lock = os.path.lexists(path / LOCK_FILE)
+        make_run_dir(path)
+        try:
+            lock = RunLock.acquire(path)
+        except BaseException:
+            _remove_empty_directories(made)
+            raise
+        try:
+            # again, locked: another training may have written the directory since the check
+            check_new_run(path)
+        except BaseException:
+            lock.release()
+            raise
+        return cls(path, lock, made, keep_lock)
+
+    def started(self) -> bool:
+        """Whether the run recorded a training step (a metrics line or a checkpoint)."""
+        try:
+            if (self.path / "metrics.jsonl").stat().st_size > 0:
+                return True
+        except OSError:
+            pass
+        return bool(list_checkpoints(self.path / "checkpoints"))
+
+    def __enter__(self) -> NewRunDirectory:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        try:
+            if exc_type is not None and not self.started():
+                self._remove()
+        finally:
+            self.lock.release()
+
+    def _remove(self) -> None:
+        # under the lock: no other training writes here; errors are ignored so that the
+        # set-up's own error is the one reported
+        if self._made:
+            shutil.rmtree(self.path, ignore_errors=True)
+            _remove_empty_directories(self._made[1:])
+            return
+        for entry in self.path.iterdir():
+            if entry.name == LOCK_FILE and self._keep_lock:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def _remove_empty_directories(directories: list[Path]) -> None:
+    for directory in directories:  # deepest first
+        try:
+            directory.rmdir()
+        except OSError:  # not empty (someone else's file), or already gone
+            return
 
 
 class Run:
@@ -331,6 +492,31 @@ class Run:
                     f"{self.checkpoints} and resume again to continue from step {step}"
                 ) from None
             raise
+
+
+def write_resumed_config(run_dir: str | Path, config: RunConfig) -> bool:
+    """Write ``config``, the resolved configuration a resumed run goes on with, to the run's
+    ``config.yaml`` (atomically): ``eval``, ``translate`` and ``explain`` then read the settings
+    the run was resumed with (``--resume ... --set decode.max_length=20``). Only settings that
+    may change on a resume change: a configuration of another architecture is refused
+    (:class:`~attnkit.checkpoint.CheckpointError` naming the keys), as :meth:`Run.open` refuses
+    it. Returns whether the file changed (an unchanged configuration is not rewritten)."""
+    path = Path(run_dir) / "config.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise CheckpointError(f"{path}: unreadable run configuration") from None
+    saved = validate(parse_yaml(text, str(path)), str(path))
+    differences = differing_keys(architecture(saved), architecture(config))
+    if differences:
+        raise CheckpointError(
+            f"{path}: the given configuration's architecture differs: " + "; ".join(differences)
+        )
+    resolved = to_yaml(config)
+    if resolved == text:
+        return False
+    atomic_write(path, resolved)
+    return True
 
 
 def require_finite(model: nn.Module, source: str | Path) -> None:

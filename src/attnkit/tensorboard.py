@@ -11,10 +11,15 @@ no display needed), rendered by ``SummaryWriter.add_figure``.
     ...     tb.log_attention("cross-attention", weights, step=100, rows=target, columns=source)
 
 Then ``tensorboard --logdir runs/tiny/tensorboard``.
+
+A resumed run first cuts its event files back to its checkpoint's step
+(:func:`truncate_events`), as it cuts ``metrics.jsonl``: the steps it trains again are logged
+once, not twice.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -24,6 +29,7 @@ from typing import Any
 import matplotlib.image
 from torch import Tensor
 
+from attnkit.checkpoint import atomic_write
 from attnkit.interpret.plots import plot_heatmap
 
 
@@ -122,6 +128,54 @@ class TensorBoardLogger:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def truncate_events(log_dir: str | os.PathLike[str], step: int) -> str | None:
+    """Keep only the events up to ``step`` in the event files of ``log_dir``: a run resumed from
+    its checkpoint of ``step`` logs the later steps again (as :func:`attnkit.run.truncate_metrics`
+    keeps ``metrics.jsonl``'s lines up to it).
+
+    ``SummaryWriter(purge_step=...)`` only asks TensorBoard's reader to hide the later events,
+    and only works when the new event file sorts after the old ones (their names start with the
+    second they were made: a resume within that second may sort first); cutting the files makes
+    every reader see each step once. Each file holding a later event is rewritten atomically,
+    its records unchanged; a torn last record (a crash mid-write) ends the file. Call it holding
+    the run's lock. Returns a one-line note when event files exist but the ``tensorboard``
+    package to read them is not installed (nothing is changed then), else ``None``."""
+    _check_step(step)
+    directory = Path(log_dir)
+    if not directory.is_dir():
+        return None
+    events = []
+    for path in sorted(directory.iterdir()):
+        if "tfevents" not in path.name or not path.is_file():
+            continue
+        if path.name.startswith(".") and path.name.endswith(".tmp"):
+            # an interrupted rewrite's temporary file: TensorBoard reads any "*tfevents*" file
+            path.unlink(missing_ok=True)
+        else:
+            events.append(path)
+    if not events:
+        return None
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.summary.writer.record_writer import RecordWriter
+    except ImportError:
+        return (
+            f"{directory}: its events after step {step} were not removed (the tensorboard "
+            "package is not installed): TensorBoard will show the steps trained again twice"
+        )
+    for path in events:
+        records = list(RawEventFileLoader(str(path)).Load())
+        kept = [record for record in records if Event.FromString(record).step <= step]
+        if len(kept) < len(records):
+            data = io.BytesIO()
+            writer = RecordWriter(data)
+            for record in kept:
+                writer.write(record)
+            atomic_write(path, data.getvalue())
+    return None
 
 
 def _check_step(step: int) -> None:

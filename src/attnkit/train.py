@@ -39,18 +39,18 @@ from attnkit.evaluate.ablation import ablate
 from attnkit.report import describe_model, write_report
 from attnkit.run import (
     MetricsLog,
+    NewRunDirectory,
     Run,
     RunLock,
-    check_new_run,
-    make_run_dir,
     new_run_path,
     read_metrics,
     remove_stale_temporaries,
     truncate_metrics,
+    write_resumed_config,
 )
 from attnkit.tasks import job_for
 from attnkit.tasks.job import Job, Log
-from attnkit.tensorboard import TensorBoardLogger
+from attnkit.tensorboard import TensorBoardLogger, truncate_events
 
 
 def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
@@ -119,6 +119,8 @@ def train(
     :class:`~attnkit.distributed.PeerFailureError`."""
     parallel = DataParallel.from_environment(timeout)
     try:
+        # every rank must train the same run: refused before anything is read or written
+        parallel.agree(_agreed_settings(config, resume, stop_after))
         return _train(config, parallel, runs_dir, run_dir, resume, stop_after, quiet, log)
     except Exception as error:
         failure = parallel.peer_failure(error)
@@ -127,6 +129,18 @@ def train(
         raise failure from error
     finally:
         parallel.close()
+
+
+def _agreed_settings(
+    config: RunConfig, resume: str | Path | None, stop_after: int | None
+) -> dict[str, Any]:
+    """What every rank of a data-parallel run must agree on: the resolved configuration (the
+    seed orders the batches of every rank), whether it resumes, and where it stops."""
+    return {
+        **config.model_dump(mode="json"),
+        "--resume": resume is not None,
+        "--stop-after": stop_after,
+    }
 
 
 def _train(
@@ -166,11 +180,9 @@ def _train(
             path = ""
             if main:
                 # locked before its first file is written: two trainings given one --run-dir
-                # cannot both write it
+                # cannot both write it; removed again if the set-up fails
                 target = new_run_path(config, runs_dir, run_dir)
-                check_new_run(target)
-                make_run_dir(target)
-                held.enter_context(RunLock.acquire(target))
+                held.enter_context(NewRunDirectory.create(target))
                 path = str(Run.create(config, learnt, path=target, job=job).path)
             # the others wait for rank 0's directory; every rank takes the state it wrote
             run = Run.open(parallel.share_text(path), job=job)
@@ -222,6 +234,10 @@ def _steps(
         note = truncate_metrics(run.metrics, step)
         if note:
             log(note)
+        note = truncate_events(run.path / "tensorboard", step)  # as the metrics
+        if note:
+            log(note)
+        write_resumed_config(run.path, config)  # translate and explain read what it goes on with
     trained = parallel.wrap(model)
 
     t = config.train
