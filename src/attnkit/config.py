@@ -215,6 +215,11 @@ class ReproduceSection(_Section):
     quick: list[str] = Field(
         default_factory=list, description="key=value overrides of `attnkit reproduce --quick`"
     )
+    peer: bool = Field(
+        False,
+        description="also train the peer library's model with the same settings and seeds "
+        "(the task's run_peer; skipped, saying so, when the library is absent)",
+    )
     uniform: list[str] = Field(
         default_factory=lambda: ["train.attention=uniform"],
         description="key=value overrides giving the same model with uniform attention",

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnkit.checkpoint import CheckpointError
-from attnkit.config import ConfigError, RunConfig, load_config
+from attnkit.checkpoint import CheckpointError, atomic_write
+from attnkit.config import ConfigError, RunConfig, load_config, task_of
+from attnkit.run import read_metrics
 from attnkit.tasks.job import Log
 
 #: where reproduction configurations are found, in order: the working directory's, then the
@@ -65,12 +66,14 @@ def load(name: str, overrides: Sequence[str] = ()) -> RunConfig:
 
 @dataclass
 class Seed:
-    """One finished seed: the metric (in the paper's unit) and the training minutes."""
+    """One finished seed: the metric (in the paper's unit), the training minutes and seconds
+    per step (an epoch, for full-batch tasks)."""
 
     seed: int
     value: float
     minutes: float
     run_dir: Path
+    seconds_per_step: float = math.nan
 
 
 def _value(config: RunConfig, results: dict[str, Any], source: Path) -> float:
@@ -104,7 +107,23 @@ def run_seed(
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{results}: unreadable results ({error})") from None
     minutes = float(finished.get("train_seconds", 0.0)) / 60.0
-    return Seed(seed, _value(config, finished, results), minutes, run_dir)
+    steps = [m["seconds"] for m in read_metrics(run_dir) if m.get("split") == "train"]
+    per_step = statistics.median(steps) if steps else math.nan
+    return Seed(seed, _value(config, finished, results), minutes, run_dir, per_step)
+
+
+def run_peer(config: RunConfig, seed: int, path: Path, log: Log) -> dict[str, Any] | None:
+    """The peer library's result for ``seed`` (the task's ``run_peer``), cached in ``path`` so
+    a resumed reproduction does not train it again; None when the library is absent."""
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    result = task_of(config.data.corpus).run_peer(config.model_copy(update={"seed": seed}))
+    if result is None:
+        log("the peer column is skipped: its library is not installed")
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(result))
+    return result  # type: ignore[no-any-return]
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -154,7 +173,19 @@ def reproduce(
                 f"{name} {variant:9s} seed {seed:2d}: {spec.metric} {result.value:.2f}  "
                 f"({result.minutes:.1f} min)  {result.run_dir}"
             )
-    line = summary(name, config, done, (time.perf_counter() - started) / 60.0)
+    peers: list[dict[str, Any]] = []
+    if spec.peer:
+        for seed in range(count):
+            result = run_peer(config, seed, root / f"peer-seed-{seed}.json", log)
+            if result is None:
+                break
+            peers.append(result)
+            log(
+                f"{name} peer      seed {seed:2d}: {spec.metric} "
+                f"{result['accuracy'] * spec.scale:.2f}  ({result['seconds_per_epoch']:.3f} s "
+                f"per epoch, {result['library']})"
+            )
+    line = summary(name, config, done, (time.perf_counter() - started) / 60.0, peers)
     paper = "" if spec.value is None else f"; paper {spec.value:g}"
     paper += "" if spec.std is None else f" ± {spec.std:g}"
     log(
@@ -167,12 +198,17 @@ def reproduce(
 
 
 def summary(
-    name: str, config: RunConfig, done: dict[str, list[Seed]], wall_minutes: float
+    name: str,
+    config: RunConfig,
+    done: dict[str, list[Seed]],
+    wall_minutes: float,
+    peers: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The reproduction's JSON line: ``name``, ``metric``, ``mean``, ``std``, ``seeds``,
     ``paper``, ``paper_std``, ``paper_source``, ``uniform`` (mean with uniform attention, or
-    None), ``uniform_std``, ``minutes`` (training minutes per seed), ``wall_minutes`` and the
-    ``config`` it ran."""
+    None), ``uniform_std``, ``minutes`` (training minutes per seed), ``seconds_per_step``
+    (median), ``peer`` (the peer library's mean, std, seconds per epoch, or None),
+    ``wall_minutes`` and the ``config`` it ran."""
     spec = config.reproduce
     assert spec is not None
     values = [s.value for s in done["attention"]]
@@ -193,6 +229,23 @@ def summary(
         "uniform": round(u_mean, 3) if uniform else None,
         "uniform_std": round(u_std, 3) if uniform else None,
         "minutes": round(minutes, 2),
+        "seconds_per_step": round(
+            statistics.median(s.seconds_per_step for s in done["attention"]), 4
+        ),
+        "peer": _peer_summary(peers, spec.scale),
         "wall_minutes": round(wall_minutes, 2),
         "config": f"configs/reproduce/{name}.yaml",
+    }
+
+
+def _peer_summary(peers: Sequence[dict[str, Any]], scale: float) -> dict[str, Any] | None:
+    if not peers:
+        return None
+    mean, std = _mean_std([p["accuracy"] * scale for p in peers])
+    return {
+        "library": peers[0]["library"],
+        "mean": round(mean, 3),
+        "std": round(std, 3),
+        "seeds": len(peers),
+        "seconds_per_epoch": round(statistics.median(p["seconds_per_epoch"] for p in peers), 4),
     }

@@ -44,6 +44,9 @@ class Task(ABC):
     translation: ClassVar[bool] = False
     #: examples per evaluation batch (None: ``train.batch_size``)
     eval_batch_size: ClassVar[int | None] = None
+    #: whether the final evaluation adds the same checkpoint with uniform attention (the
+    #: engine's ablation); a task whose ablation costs too much says so where it sets False
+    ablation_column: ClassVar[bool] = True
 
     @classmethod
     def check_config(cls, config: RunConfig) -> None:

@@ -156,7 +156,9 @@ class ClassificationJob(Job):
         beam_size: int | None = None,
         quiet: bool = True,
     ) -> dict[str, Any]:
-        return evaluate_classifier(model, self.task, examples, self._eval_batch)
+        return evaluate_classifier(
+            model, self.task, examples, self._eval_batch, ablation=self.task.ablation_column
+        )
 
     @property
     def _eval_batch(self) -> int:
@@ -180,39 +182,54 @@ class ClassificationJob(Job):
         return Presentation(results={"samples": samples}, images=images)
 
     def summary(self, results: Mapping[str, Any]) -> dict[str, Any]:
-        return {
+        rows = {
             "test examples": results["examples"],
             "test accuracy": f"{results['accuracy']:.4f}",
             "test macro-F1": f"{results['macro_f1']:.4f}",
-            "uniform attention: accuracy": f"{results['uniform_attention']['accuracy']:.4f}",
         }
+        if "uniform_attention" in results:
+            uniform = results["uniform_attention"]["accuracy"]
+            rows["uniform attention: accuracy"] = f"{uniform:.4f}"
+        return rows
 
     def describe_results(self, results: Mapping[str, Any]) -> list[str]:
-        uniform = results["uniform_attention"]
+        uniform = results.get("uniform_attention")
+
+        def beside(key: str) -> str:
+            return f"   (uniform attention {uniform[key]:.4f})" if uniform else ""
+
         return [
             f"{results['examples']} examples",
-            f"  accuracy    {results['accuracy']:.4f}   "
-            f"(uniform attention {uniform['accuracy']:.4f})",
-            f"  macro-F1    {results['macro_f1']:.4f}   "
-            f"(uniform attention {uniform['macro_f1']:.4f})",
+            f"  accuracy    {results['accuracy']:.4f}{beside('accuracy')}",
+            f"  macro-F1    {results['macro_f1']:.4f}{beside('macro_f1')}",
             f"  loss        {results['loss']:.4f}",
         ]
 
     def headline(self, results: Mapping[str, Any]) -> str:
+        uniform = results.get("uniform_attention")
         return (
             f"test accuracy {results['accuracy']:.4f} (macro-F1 {results['macro_f1']:.4f}) on "
-            f"{results['examples']} examples; uniform attention "
-            f"{results['uniform_attention']['accuracy']:.4f}"
+            f"{results['examples']} examples"
+            + (f"; uniform attention {uniform['accuracy']:.4f}" if uniform else "")
         )
 
 
 def evaluate_classifier(
-    model: nn.Module, task: Task, examples: Sequence[Any], batch_size: int = 64
+    model: nn.Module,
+    task: Task,
+    examples: Sequence[Any],
+    batch_size: int = 64,
+    *,
+    ablation: bool = True,
 ) -> dict[str, Any]:
-    """Test metrics of ``model`` and the same with uniform attention (the ablation column)."""
+    """Test metrics of ``model`` and, with ``ablation``, the same with uniform attention (the
+    ablation column, ``"uniform_attention"``)."""
     results: dict[str, Any] = {"examples": len(examples)}
     started = time.perf_counter()
     results.update(classification_metrics(model, task, examples, batch_size))
+    if not ablation:
+        results["eval_seconds"] = round(time.perf_counter() - started, 1)
+        return results
     # efficient attention kinds form no weights for the ablation to replace: they run exact
     # inside, so their uniform replacement is computed too (it does not depend on the kind)
     with exact_kinds(model), ablate(model, mode="uniform"):
