@@ -190,7 +190,8 @@ def _prepare(
         return class_scores(model(x, *args[: len(rest)], **named, **fixed), output)
 
     if first.is_floating_point() and layer is None:
-        return "", None, forward, first, extra
+        # a leaf of its own that asks for gradients (captum would switch them on in place)
+        return "", None, forward, first.detach().requires_grad_(True), extra
     name, module = _embedding(model, layer)
     return name, module, forward, first, extra
 
