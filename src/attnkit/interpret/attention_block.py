@@ -115,6 +115,16 @@ def batch_first(t: Tensor, is_batch_first: bool) -> Tensor:
     return t if is_batch_first else t.transpose(0, 1)
 
 
+def is_batch_first(module: nn.Module) -> bool:
+    """Whether ``module`` takes and returns ``[B, L, E]``: its ``batch_first`` (attnkit's layers
+    and attention), that of its ``self_attn`` (torch's layers keep it there), else True (Hugging
+    Face modules are batch-first)."""
+    flag = getattr(module, "batch_first", None)
+    if flag is None:
+        flag = getattr(getattr(module, "self_attn", None), "batch_first", True)
+    return bool(flag)
+
+
 def first_tensor(output: Any) -> Tensor:
     """The tensor a module returns: itself, or the first element of a tuple or ``ModelOutput``."""
     if isinstance(output, Tensor):
@@ -197,8 +207,7 @@ def residual_block(model: nn.Module, name: str) -> ResidualBlock | None:
 def _transformer_layer_block(attention: nn.Module, layer: nn.Module) -> ResidualBlock:
     """attnkit's (and torch's) layers: ``norm1(x + SA(x))`` or ``x + SA(norm1(x))``."""
     norm: nn.LayerNorm = layer.norm1
-    layer_first = bool(getattr(layer, "batch_first", False))
-    attention_first = bool(getattr(attention, "batch_first", False))
+    layer_first, attention_first = is_batch_first(layer), is_batch_first(attention)
     pre_norm = bool(getattr(layer, "norm_first", False))
 
     def hooks(block: ResidualBlock) -> list[Any]:

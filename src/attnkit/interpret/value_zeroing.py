@@ -34,7 +34,12 @@ from tqdm import tqdm
 
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.hooks import ModuleSelection, Run
-from attnkit.interpret.attention_block import batch_first, first_tensor, layer_of
+from attnkit.interpret.attention_block import (
+    batch_first,
+    first_tensor,
+    is_batch_first,
+    layer_of,
+)
 from attnkit.mechanisms.torch_modules import ModelHook
 
 
@@ -175,8 +180,7 @@ class _LayerRun:
         """The layer's output ``[B, M, E]`` (float64) with ``v_row`` zeroed (``None``: none)."""
         self.zeroing.row = row
         out = first_tensor(self.layer(*self.args, **self.kwargs))
-        # attnkit's and torch's layers say their layout; Hugging Face layers are batch-first
-        out = batch_first(out, bool(getattr(self.layer, "batch_first", True)))
+        out = batch_first(out, is_batch_first(self.layer))
         if out.dim() != 3 or out.shape[0] != batch:
             raise ValueError(
                 f"value zeroing reads the output of layer {layer_name!r} (of attention module "
