@@ -177,3 +177,36 @@ def test_pretrained_minilm(tmp_path) -> None:
     assert list(effects) == [HF.format(0), HF.format(5)]
     assert effects[HF.format(5)].shape == (12,)
     assert float(effects[HF.format(0)].abs().max()) > 0
+
+
+def test_value_norm_reads_gpt2s_transposed_conv1d_and_llamas_o_proj() -> None:
+    from transformers import GPT2Config, GPT2Model, LlamaConfig, LlamaModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    config.bos_token_id = config.eos_token_id = 0
+    gpt2 = GPT2Model._from_config(config, attn_implementation="attnkit").double().eval()
+    ids = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(0))
+    got = value_norm(gpt2, ids)["h.0.attn"]
+    # the formula: GPT-2's Conv1D computes x W + b with W stored [in, out]
+    block = gpt2.h[0]
+    with torch.no_grad():
+        x = block.ln_1(gpt2.wte(ids) + gpt2.wpe(torch.arange(5)))
+        q, k, v = (t.view(1, 5, 2, 8).transpose(1, 2) for t in block.attn.c_attn(x).split(16, -1))
+        causal = torch.ones(5, 5, dtype=torch.bool).tril()
+        alpha = (q @ k.transpose(-1, -2) / 8**0.5).masked_fill(~causal, float("-inf")).softmax(-1)
+        w_o = block.attn.c_proj.weight  # [H·d, E]
+        for h in range(2):
+            f = v[0, h] @ w_o[h * 8 : (h + 1) * 8]  # f^h(x_j): [N, E]
+            expected = (alpha[0, h][:, :, None] * f[None]).norm(dim=-1)
+            assert (got[0, h] - expected).abs().max() <= 1e-12
+    # Llama: o_proj, grouped key/value heads (4 query heads share 2)
+    config = LlamaConfig(
+        vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+    )  # fmt: skip
+    llama = LlamaModel._from_config(config, attn_implementation="attnkit").double().eval()
+    maps = value_norm(llama, ids)
+    assert maps["layers.0.self_attn"].shape == (1, 4, 5, 5)
+    assert torch.equal(maps["layers.0.self_attn"][0, :, 0, 1:], torch.zeros(4, 4).double())
+    assert value_zeroing(llama, ids)["layers.0.self_attn"].shape == (1, 5, 5)
