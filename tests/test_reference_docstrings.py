@@ -47,7 +47,7 @@ MODULES = [
 ]
 
 #: packages an example may import that ``pip install attnkit`` does not bring
-OPTIONAL = ("transformers", "networkx", "torch_geometric", "matplotlib", "bertviz", "sacrebleu")
+OPTIONAL = ("transformers", "networkx", "torch_geometric", "matplotlib", "bertviz", "sacrebleu", "captum")
 
 #: Google-style section titles griffe reads as parameters, returns, and examples
 _PARAMETERS = ("Args", "Arguments", "Parameters", "Keyword Args", "Keyword Arguments")
