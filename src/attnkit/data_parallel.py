@@ -30,13 +30,13 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from attnkit.config import ConfigError
-from attnkit.data.batching import Batch
 from attnkit.distributed.process_group import (
     PeerFailureError,
     _as_timedelta,
     default_backend,
     init_process_group,
 )
+from attnkit.tasks.job import Term
 
 #: default timeout of a training run's collectives, in seconds (PyTorch's own default for gloo)
 DEFAULT_TIMEOUT = 1800.0
@@ -131,11 +131,14 @@ class DataParallel:
             return model
         return copy.deepcopy(model).cpu()
 
-    def shard(self, batch: Batch) -> Batch:
-        """This rank's rows of the global batch: ``rank::world``."""
+    def shard(self, batch: Any) -> Any:
+        """This rank's rows of the global batch, ``rank::world``: of a list of examples, or of
+        every tensor field of a dataclass (a :class:`~attnkit.data.batching.Batch`)."""
         if self.world == 1:
             return batch
         rows = slice(self.rank, None, self.world)
+        if isinstance(batch, list):
+            return batch[rows]
         return replace(
             batch,
             **{
@@ -153,6 +156,38 @@ class DataParallel:
             value = value.to(self.device)
             dist.all_reduce(value, op=dist.ReduceOp.SUM)
         return value
+
+    def combine(self, terms: Mapping[str, Term]) -> tuple[Tensor, dict[str, float]]:
+        """The objective of this rank's share and the logged parts of the global batch, from a
+        job's :class:`~attnkit.tasks.job.Term` s (see there): each term averaged over the global
+        batch's ``count``, times the world size that DDP's gradient averaging divides out; a
+        term with no item in any share is left out. The parts are every term's global average
+        and ``"loss"``, the same on every rank."""
+        scaled: dict[str, Tensor] = {}
+        for name, term in terms.items():
+            count = self.total(term.count)
+            if term.sum is not None:
+                scaled[name] = term.sum * (self.world / count.clamp_min(1))
+            elif count > 0:
+                assert term.mean is not None
+                mean = term.mean
+                scaled[name] = mean if self.world == 1 else mean * (term.count * self.world / count)
+        loss: Tensor | None = None
+        for name, value in scaled.items():
+            weight = terms[name].weight
+            weighted = value if weight == 1.0 else weight * value
+            loss = weighted if loss is None else loss + weighted
+        if loss is None:
+            raise ValueError("the batch has no item to train on in any process")
+        parts = {name: value for name, value in scaled.items() if name != "loss"}
+        parts["loss"] = loss
+        values = self.total(torch.stack([v.detach() for v in parts.values()])) / self.world
+        return loss, dict(zip(parts, values.tolist(), strict=True))
+
+    def barrier(self) -> None:
+        """Wait until every rank is here (a no-op in one process)."""
+        if self.world > 1:
+            self.total(torch.zeros(1))
 
     def share_text(self, text: str) -> str:
         """Rank 0's ``text`` on every rank (a run directory's path)."""

@@ -15,7 +15,8 @@ checkpoints and metrics.
 :class:`Run` opens one (refusing a configuration of another architecture before anything is
 loaded), restores its job (:func:`attnkit.tasks.job_for`: what the run learnt, in the job's
 :attr:`~attnkit.tasks.job.Job.state_file`), builds its model and loads its checkpoints.
-:func:`explain_run` writes the attention viewer page of a translation run.
+:func:`explain_run` writes the attention viewer page of a run (its job's
+:meth:`~attnkit.tasks.job.Job.explain`).
 
 A process that writes a run (``attnkit train``, also ``--resume``) holds :class:`RunLock`; a second
 writer is refused naming the holder's pid. A new run's directory is a :class:`NewRunDirectory`:
@@ -27,6 +28,7 @@ reported (:func:`truncate_metrics`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -58,15 +60,8 @@ from attnkit.config import (
     to_yaml,
     validate,
 )
-from attnkit.data.corpus import Vocabularies
-from attnkit.data.tokenize import detokenize, tokenize
-from attnkit.interpret.explain import explain, slug
-from attnkit.interpret.viewer import write_viewer
-from attnkit.report import describe_model
 from attnkit.tasks import Job, Task, job_for
-from attnkit.tasks.translation import TranslationJob, build_model, load_examples
 
-# its own names, and those it had before translation became a task (attnkit.tasks.translation)
 __all__ = [
     "LOCK_FILE",
     "MetricsLog",
@@ -74,19 +69,14 @@ __all__ = [
     "Run",
     "RunLock",
     "RunLockedError",
-    "Vocabularies",
-    "build_model",
     "check_new_run",
-    "describe_model",
     "explain_run",
-    "load_examples",
     "make_run_dir",
     "new_run_path",
     "read_metrics",
     "remove_stale_temporaries",
     "require_finite",
     "truncate_metrics",
-    "write_resumed_config",
 ]
 
 #: the lock file of a run directory (see :class:`RunLock`)
@@ -366,19 +356,27 @@ def _remove_empty_directories(directories: list[Path]) -> None:
 
 class Run:
     """A run directory: its configuration, its job (with what it learnt from the training
-    split), model and checkpoints."""
+    split), model and checkpoints.
 
-    def __init__(self, path: Path, config: RunConfig, job: Job) -> None:
+    :meth:`create` (a new run) and :meth:`resume` (an interrupted one) return the run open and
+    locked for writing — use them as context managers: the lock is held until the block ends,
+    and a new run that fails before its first step is removed again. :meth:`open` reads a run
+    without locking it (evaluation, translation, the viewer)."""
+
+    def __init__(
+        self,
+        path: Path,
+        config: RunConfig,
+        job: Job,
+        *,
+        holder: NewRunDirectory | RunLock | None = None,
+        saved: RunConfig | None = None,
+    ) -> None:
         self.path, self.config, self.job = path, config, job
-
-    @property
-    def vocabularies(self) -> Vocabularies:
-        """A translation run's source and target vocabularies."""
-        if not isinstance(self.job, TranslationJob):
-            raise CheckpointError(
-                f"{self.path}: a {self.config.data.corpus} run has no translation vocabularies"
-            )
-        return self.job.vocabularies
+        self._holder = holder
+        self._saved = saved or config  # the configuration in config.yaml
+        #: what :meth:`resume` removed: the temporary files of interrupted writes
+        self.removed: list[Path] = []
 
     @property
     def task(self) -> Task | None:
@@ -398,29 +396,50 @@ class Run:
     def create(
         cls,
         config: RunConfig,
-        learnt: dict[str, Any],
+        *,
         runs_dir: str | Path = "runs",
         path: str | Path | None = None,
-        *,
         job: Job | None = None,
     ) -> Run:
-        """A new run directory with the resolved configuration and what the job learnt from
-        the training split (:meth:`~attnkit.tasks.job.Job.learnt`: a JSON-able dict), opened
-        with ``job`` (default: a new one of ``config``)."""
+        """A new run of ``config``: ``path`` (default ``RUNS_DIR/<name>-<timestamp>``) checked
+        to be new, made and locked, what the job learns from the training split
+        (:meth:`~attnkit.tasks.job.Job.learnt`) written beside the resolved configuration.
+        Returned open and locked; leaving its ``with`` block by an error before the first
+        training step removes what it made (:class:`NewRunDirectory`)."""
         job = job or job_for(config)
-        path = new_run_path(config, runs_dir, path)
-        check_new_run(path)
-        make_run_dir(path)
-        atomic_write(path / "config.yaml", to_yaml(config))
-        atomic_write(path / job.state_file, json.dumps(learnt))
-        return cls.open(path, job=job)
+        directory = NewRunDirectory.create(new_run_path(config, runs_dir, path))
+        with contextlib.ExitStack() as failing:
+            failing.push(directory)  # an error below removes the directory again
+            learnt = job.learnt()
+            atomic_write(directory.path / "config.yaml", to_yaml(config))
+            atomic_write(directory.path / job.state_file, json.dumps(learnt))
+            failing.pop_all()
+        return cls(directory.path, config, job, holder=directory)
+
+    @classmethod
+    def resume(
+        cls, path: str | Path, config: RunConfig | None = None, *, job: Job | None = None
+    ) -> Run:
+        """The run ``path`` opened (as :meth:`open`: a ``config`` of another architecture is
+        refused) and locked for writing, the temporary files of interrupted writes removed.
+        ``config`` (default: the run's own) is what it goes on with; :meth:`save_config` writes
+        it once training has been set up."""
+        run = cls.open(path, config, job=job)
+        run._holder = RunLock.acquire(run.path)
+        try:
+            run.removed = remove_stale_temporaries(run.path)
+        except BaseException:
+            run.close()
+            raise
+        return run
 
     @classmethod
     def open(
         cls, path: str | Path, config: RunConfig | None = None, *, job: Job | None = None
     ) -> Run:
-        """Open an existing run; with ``config``, refuse it if the architecture differs. The
-        run's state is restored into ``job`` (default: a new job of the configuration)."""
+        """Open an existing run, without locking it; with ``config``, refuse it if the
+        architecture differs. The run's state is restored into ``job`` (default: a new job of
+        the configuration)."""
         path = Path(path)
         config_path = path / "config.yaml"
         if not config_path.is_file():
@@ -444,7 +463,40 @@ class Run:
             job.restore(_read_json(state_path))
         except ValueError as error:
             raise CheckpointError(f"{state_path}: not this run's state ({error})") from None
-        return cls(path, config, job)
+        return cls(path, config, job, saved=saved)
+
+    def changed_settings(self) -> list[str]:
+        """``"key: saved X, given Y"`` for each setting the run goes on with that differs from
+        its ``config.yaml`` (none but on a resume with other settings)."""
+        return differing_keys(self._saved.model_dump(mode="json"), self.config.model_dump(mode="json"))
+
+    def save_config(self) -> bool:
+        """Write the configuration the run goes on with to ``config.yaml`` (atomically), so
+        ``eval``, ``translate`` and ``explain`` read it (``--resume ... --set
+        decode.max_length=20``); returns whether it changed."""
+        if not self.changed_settings():
+            return False
+        atomic_write(self.path / "config.yaml", to_yaml(self.config))
+        self._saved = self.config
+        return True
+
+    def close(self) -> None:
+        """Release what :meth:`create` or :meth:`resume` holds (a no-op for :meth:`open`)."""
+        holder, self._holder = self._holder, None
+        if isinstance(holder, NewRunDirectory):
+            holder.__exit__(None, None, None)
+        elif holder is not None:
+            holder.release()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        holder, self._holder = self._holder, None
+        if isinstance(holder, NewRunDirectory):
+            holder.__exit__(exc_type, *exc)  # removes a run that failed before its first step
+        elif holder is not None:
+            holder.release()
 
     def _build(self) -> nn.Module:
         return self.job.build_model()
@@ -492,31 +544,6 @@ class Run:
                     f"{self.checkpoints} and resume again to continue from step {step}"
                 ) from None
             raise
-
-
-def write_resumed_config(run_dir: str | Path, config: RunConfig) -> bool:
-    """Write ``config``, the resolved configuration a resumed run goes on with, to the run's
-    ``config.yaml`` (atomically): ``eval``, ``translate`` and ``explain`` then read the settings
-    the run was resumed with (``--resume ... --set decode.max_length=20``). Only settings that
-    may change on a resume change: a configuration of another architecture is refused
-    (:class:`~attnkit.checkpoint.CheckpointError` naming the keys), as :meth:`Run.open` refuses
-    it. Returns whether the file changed (an unchanged configuration is not rewritten)."""
-    path = Path(run_dir) / "config.yaml"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        raise CheckpointError(f"{path}: unreadable run configuration") from None
-    saved = validate(parse_yaml(text, str(path)), str(path))
-    differences = differing_keys(architecture(saved), architecture(config))
-    if differences:
-        raise CheckpointError(
-            f"{path}: the given configuration's architecture differs: " + "; ".join(differences)
-        )
-    resolved = to_yaml(config)
-    if resolved == text:
-        return False
-    atomic_write(path, resolved)
-    return True
 
 
 def require_finite(model: nn.Module, source: str | Path) -> None:
@@ -646,76 +673,26 @@ class MetricsLog:
 
 def explain_run(
     run_dir: str | Path,
-    sentence: str,
+    text: str,
     *,
     output: str | Path | None = None,
     beam_size: int | None = None,
 ) -> Path:
-    """Translate ``sentence`` (English) with the run's newest checkpoint and write the attention
-    viewer page for it (:func:`attnkit.interpret.explain.explain`, ``attnkit explain``).
-
-    Args:
-        run_dir: a translation run directory written by :func:`attnkit.train.train`.
-        sentence: the English input, e.g. ``"I love you."``.
-        output: where to write the page; default ``RUN_DIR/explain-<slug of the input>.html``.
-        beam_size: beam width of the search; ``None``: the run's ``decode.beam_size``.
-
-    Returns:
-        the path of the HTML page (written atomically).
+    """The attention viewer page of the run ``run_dir`` on the input ``text``, from its newest
+    checkpoint (``attnkit explain``): its job's :meth:`~attnkit.tasks.job.Job.explain` — for a
+    translation run, the translation of ``text`` with every attention map.
 
     Raises:
-        ValueError: an input with no tokens, or a bad ``beam_size``.
-        TypeError: an input that is not a str.
-        attnkit.checkpoint.CheckpointError: ``run_dir`` is not a translation run or has no
-            checkpoint.
+        attnkit.checkpoint.CheckpointError: ``run_dir`` is not a run or has no checkpoint.
+        ValueError: the run's task has no viewer page, or a bad input or ``beam_size``.
 
     Example::
 
         >>> explain_run("runs/tiny-20261122-101500", "I love you.")
         PosixPath('runs/tiny-20261122-101500/explain-i-love-you.html')
     """
-    if not isinstance(sentence, str):
-        raise TypeError(f"the input must be a str, got {type(sentence).__name__}")
-    source = tokenize(sentence, "en")
-    if not source:
-        raise ValueError(f"the input must contain at least one word, got {sentence!r}")
-    if beam_size is not None and (
-        isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1
-    ):
-        raise ValueError(f"beam_size must be a positive int or None, got {beam_size!r}")
     run = Run.open(run_dir)
-    vocabularies = run.vocabularies
     model, step = run.load_model(finite=True)
-    config = run.config
-    beam = config.decode.beam_size if beam_size is None else beam_size
-    explanation = explain(
-        model,
-        vocabularies.source,
-        vocabularies.target,
-        source,
-        beam_size=beam,
-        max_length=config.decode.max_length,
+    return run.job.explain(
+        model, step, text, directory=run.path, output=output, beam_size=beam_size
     )
-    translation = detokenize(explanation.translation, "fr")
-    title = f"{run.path.name}: \u201c{sentence.strip()}\u201d \u2192 \u201c{translation}\u201d"
-    notes = [
-        f"model: {describe_model(config)}",
-        f"checkpoint: step {step}; search: {'greedy' if beam == 1 else f'beam {beam}'}",
-    ]
-    # the viewer labels an unknown word "word(unk)": the labels that differ from the input
-    unknown = [
-        shown for shown, token in zip(explanation.source, source, strict=True) if shown != token
-    ]
-    if unknown:
-        notes.append(f"not in the source vocabulary (read as <unk>): {', '.join(unknown)}")
-    if not explanation.ended:
-        notes.append(
-            f"the search stopped at decode.max_length={config.decode.max_length} tokens "
-            "before emitting <eos>"
-        )
-    notes.append(
-        "cross-attention: rows are the target words emitted, columns the source words; "
-        "decoder self-attention: rows and columns are the decoder's inputs (<bos> y1 … yn)"
-    )
-    path = Path(output) if output is not None else run.path / f"explain-{slug(sentence)}.html"
-    return write_viewer(path, explanation.maps, title=title, notes="\n".join(notes))

@@ -32,21 +32,16 @@ from torch import nn
 from tqdm import tqdm
 
 from attnkit.checkpoint import Checkpoint, atomic_write, save_checkpoint
-from attnkit.config import RunConfig, architecture, differing_keys
+from attnkit.config import RunConfig, architecture
 from attnkit.data_parallel import DEFAULT_TIMEOUT, DataParallel
 from attnkit.early_stopping import EarlyStopping
 from attnkit.evaluate.ablation import ablate
 from attnkit.report import describe_model, write_report
 from attnkit.run import (
     MetricsLog,
-    NewRunDirectory,
     Run,
-    RunLock,
-    new_run_path,
     read_metrics,
-    remove_stale_temporaries,
     truncate_metrics,
-    write_resumed_config,
 )
 from attnkit.tasks import job_for
 from attnkit.tasks.job import Job, Log
@@ -158,39 +153,35 @@ def _train(
     if not main:
         log = _silent
     job = job_for(config)
-    with contextlib.ExitStack() as held:  # rank 0 holds the run's lock until the end
-        checkpoint = None
-        if resume is not None:
-            run = Run.open(resume, config, job=job)
-            if main:
-                held.enter_context(RunLock.acquire(run.path))
-                _remove_stale(run, log)
-            saved = Run.open(resume).config
-            others = differing_keys(saved.model_dump(mode="json"), config.model_dump(mode="json"))
-            if others:
-                log(f"resuming with changed settings: {'; '.join(others)}")
-            run.config = config
-            # read and verified before any work: a bad checkpoint stops the run, nothing changed
-            checkpoint = run.resume_checkpoint()
-        else:
-            # every rank reads the data and learns its state (vocabularies) at once, as rank 0
-            # does: the others then wait in share_text only while rank 0 writes the directory,
-            # well within the collective timeout
-            learnt = job.learnt()
-            path = ""
-            if main:
-                # locked before its first file is written: two trainings given one --run-dir
-                # cannot both write it; removed again if the set-up fails
-                target = new_run_path(config, runs_dir, run_dir)
-                held.enter_context(NewRunDirectory.create(target))
-                path = str(Run.create(config, learnt, path=target, job=job).path)
-            # the others wait for rank 0's directory; every rank takes the state it wrote
-            run = Run.open(parallel.share_text(path), job=job)
+    if resume is not None:
+        # rank 0 locks the run it writes; the others only read it
+        run = Run.resume(resume, config, job=job) if main else Run.open(resume, config, job=job)
+    elif main:
+        run = Run.create(config, runs_dir=runs_dir, path=run_dir, job=job)
+    else:
+        # every rank learns the run's state from the data at once, as rank 0 does: the others
+        # then wait in share_text only while rank 0 writes the directory
+        job.learnt()
+        run = None
+    with contextlib.ExitStack() as held:
+        if run is not None:
+            held.enter_context(run)  # rank 0 holds the run's lock until the end
+        if resume is None:  # rank 0's new directory; every rank takes the state it wrote
+            path = parallel.share_text(str(run.path) if run is not None else "")
+            if run is None:
+                run = Run.open(path, job=job)
+        if resume is not None and main:
+            _remove_stale(run, log)
+            changed = run.changed_settings()
+            if changed:
+                log(f"resuming with changed settings: {'; '.join(changed)}")
+        # read and verified before any work: a bad checkpoint stops the run, nothing changed
+        checkpoint = run.resume_checkpoint() if resume is not None else None
         return _steps(config, parallel, run, job, checkpoint, resume, stop_after, quiet, log)
 
 
 def _remove_stale(run: Run, log: Log) -> None:
-    removed = remove_stale_temporaries(run.path)
+    removed = run.removed  # by Run.resume, under the lock
     if removed:
         names = ", ".join(str(p.relative_to(run.path)) for p in removed[:3])
         more = f" and {len(removed) - 3} more" if len(removed) > 3 else ""
@@ -211,7 +202,13 @@ def _steps(
     log: Log,
 ) -> Run:
     main = parallel.is_main
-    epoch_size = job.prepare(run, parallel, log)
+    # rank 0 prepares first (it may write files of the run, e.g. aligner links); the others
+    # then read what it wrote
+    epoch_size = job.prepare(run, log) if main else 0
+    parallel.barrier()
+    if not main:
+        epoch_size = job.prepare(run, log)
+    check_shards(config, job, parallel.world)
 
     model = run.new_model().to(parallel.device)  # cuda:LOCAL_RANK under NCCL, else the CPU
     # fused: one kernel per step instead of ~10 passes over every parameter (6x faster on CPU)
@@ -237,7 +234,7 @@ def _steps(
         note = truncate_events(run.path / "tensorboard", step)  # as the metrics
         if note:
             log(note)
-        write_resumed_config(run.path, config)  # translate and explain read what it goes on with
+        run.save_config()  # translate and explain read the settings it goes on with
     trained = parallel.wrap(model)
 
     t = config.train
@@ -262,7 +259,8 @@ def _steps(
             board = stack.enter_context(TensorBoardLogger(run.path / "tensorboard"))
         while step < last and not (stopper is not None and stopper.stopped):
             parallel.stage = f"step {step + 1} of {t.steps}"
-            loss, parts = job.loss(trained, parallel.place(job.batch(step, parallel)), parallel)
+            share = parallel.place(parallel.shard(job.batch(step)))  # this rank's rows
+            loss, parts = parallel.combine(job.loss(trained, share))
             # parts["loss"] is the global batch's: every rank stops at the same step
             if t.stop_on_nonfinite and not math.isfinite(parts["loss"]):
                 raise NonFiniteLossError(
@@ -338,6 +336,16 @@ def _steps(
             log(stopper.describe())
         finish(run, parallel.on_cpu(model).eval(), log=log, quiet=quiet)
     return run
+
+
+def check_shards(config: RunConfig, job: Job, world: int) -> None:
+    """Refuse more processes than a batch of the run has examples (each needs a share)."""
+    smallest = job.smallest_batch()
+    if smallest is not None and smallest < world:
+        raise ValueError(
+            f"train.batch_size: each of the {world} processes needs an example of every batch; "
+            f"batch_size={config.train.batch_size} leaves a batch of {smallest}"
+        )
 
 
 def _silent(_: str) -> None:

@@ -104,7 +104,7 @@ def attention_reference() -> Callable[[Path, str], dict[str, np.ndarray]]:
     def reference(run_dir: Path, sentence: str) -> dict[str, np.ndarray]:
         run = Run.open(run_dir)
         model, _ = run.load_model()
-        ids = run.vocabularies.source.encode(tokenize(sentence, "en"))
+        ids = run.job.vocabularies.source.encode(tokenize(sentence, "en"))
         source, lengths = torch.tensor([ids]), torch.tensor([len(ids)])
         (hypothesis,) = model.translate(
             source, lengths, beam_size=1, max_length=run.config.decode.max_length

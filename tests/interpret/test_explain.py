@@ -67,7 +67,7 @@ def model_pass(run_dir, sentence, beam_size=1):
     """Translate with the checkpoint and run the teacher-forced pass, as a user would."""
     run = Run.open(run_dir)
     model, _ = run.load_model()
-    vocab = run.vocabularies
+    vocab = run.job.vocabularies
     tokens = tokenize(sentence, "en")
     ids = vocab.source.encode(tokens)
     source, lengths = torch.tensor([ids]), torch.tensor([len(ids)])
@@ -111,11 +111,11 @@ def test_recurrent_page_shows_the_models_alignment(runs, kind):
 
     assert [m["name"] for m in data["maps"]] == ["cross-attention"]
     cross = data["maps"][0]
-    words = [run.vocabularies.target.itos[i] for i in emitted]
+    words = [run.job.vocabularies.target.itos[i] for i in emitted]
     # greedy search: it ended exactly when the last position's best word is <eos>
     ended = int(out.logits[0, -1].argmax()) == EOS
     assert cross["rows"] == [*words, "<eos>" if ended else "<cut at max_length>"]
-    assert cross["columns"] == expected_source_labels(run.vocabularies.source, tokens)
+    assert cross["columns"] == expected_source_labels(run.job.vocabularies.source, tokens)
     assert "zorblax(unk)" in cross["columns"]
     assert (cross["layers"], cross["heads"]) == (1, 1)
     shown = np.array(cross["weights"])[0, 0]
@@ -142,8 +142,8 @@ def test_transformer_page_shows_every_layer_and_head(runs, attention_reference):
 
     assert list(maps) == ["cross-attention", "encoder self-attention", "decoder self-attention"]
     s, t = len(ids), len(emitted) + 1
-    source_labels = expected_source_labels(run.vocabularies.source, tokens)
-    words = [run.vocabularies.target.itos[i] for i in emitted]
+    source_labels = expected_source_labels(run.job.vocabularies.source, tokens)
+    words = [run.job.vocabularies.target.itos[i] for i in emitted]
     ended = int(out.logits[0, -1].argmax()) == EOS
     expected = {
         "cross-attention": ((2, 2, t, s), [*words, "<eos>" if ended else "<cut at max_length>"],

@@ -11,8 +11,9 @@ from attnkit.data import FastAlign, IBMModel1
 from attnkit.data.batching import Batches, encode
 from attnkit.data.corpus import Example, Vocabularies
 from attnkit.data.symmetrize import symmetrize
+from attnkit.data_parallel import DataParallel
 from attnkit.evaluate.supervised import supervised_attention_loss
-from attnkit.tasks.translation import batch_loss, build_model, teacher_links
+from attnkit.tasks.translation import build_model, loss_terms, teacher_links
 
 WORDS = {"the": "la", "house": "maison", "small": "petite", "is": "est", "green": "verte"}
 SOURCES = [
@@ -100,7 +101,7 @@ def test_an_alignment_head_is_what_the_pipeline_supervises_and_evaluates() -> No
     config = _head_config(0.5)
     model, batch = _batch(config)
     assert (model.alignment_layer, model.alignment_head) == (0, 1)
-    _, parts = batch_loss(model, batch, config)
+    _, parts = DataParallel().combine(loss_terms(model, batch, config))
     out = model(batch.source, batch.source_lengths, batch.target_in)
     expected = supervised_attention_loss(out.alignment, batch.alignment, "ce")
     assert parts["attention_loss"] == pytest.approx(expected.item(), rel=1e-5)
@@ -116,7 +117,7 @@ def test_a_few_steps_of_the_joint_loss_lower_the_alignment_loss() -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(20):
-        loss, parts = batch_loss(model, batch, config)
+        loss, parts = DataParallel().combine(loss_terms(model, batch, config))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -164,13 +164,14 @@ def test_model_kind_must_fit_the_corpus():
 
 
 def test_data_parallel_refuses_a_batch_some_process_would_not_share(marker_task, tmp_path):
-    from attnkit.data_parallel import DataParallel
     from attnkit.run import Run
     from attnkit.tasks.trainer import ClassificationJob
+    from attnkit.train import check_shards
 
     config = _config(batch_size=191)  # 192 training examples: a last batch of one
     job = ClassificationJob(config)
-    run = Run.create(config, job.learnt(), tmp_path)
-    assert job.prepare(run, DataParallel(0, 1), print) == 2
-    with pytest.raises(ValueError, match="leaves a last batch of 1"):
-        job.prepare(run, DataParallel(0, 2), print)
+    with Run.create(config, runs_dir=tmp_path, job=job) as run:
+        assert job.prepare(run, print) == 2
+    check_shards(config, job, 1)  # one process takes every batch
+    with pytest.raises(ValueError, match="leaves a batch of 1"):
+        check_shards(config, job, 2)

@@ -22,7 +22,7 @@ from attnkit.tasks.translation import TranslationJob
 
 SRC = Path(attnkit.__file__).resolve().parent
 APPLICATION = ("tasks", "train", "run", "config", "checkpoint", "report", "demo", "data_parallel")
-APPLICATION += ("cli", "__main__")
+APPLICATION += ("cli", "__main__", "reproduce", "early_stopping", "tensorboard")
 
 PAIRS = [
     Example(("i", "love", "you", "."), ("je", "t'", "aime", ".")),
@@ -55,8 +55,8 @@ def test_a_translation_run_keeps_its_vocabularies_as_before(tmp_path, monkeypatc
     config = _config("tatoeba")
     job = job_for(config)
     monkeypatch.setattr(job, "load", lambda: {"train": PAIRS, "valid": PAIRS, "test": PAIRS})
-    learnt = job.learnt()
-    run = Run.create(config, learnt, path=tmp_path / "run", job=job)
+    with Run.create(config, path=tmp_path / "run", job=job) as run:
+        pass
     # vocab.json is what the run directory always held: the two vocabularies' token lists
     saved = json.loads((run.path / "vocab.json").read_text())
     expected = Vocabularies.build(PAIRS)
@@ -64,8 +64,8 @@ def test_a_translation_run_keeps_its_vocabularies_as_before(tmp_path, monkeypatc
     assert not (run.path / "task.json").exists()
     reopened = Run.open(run.path)
     assert isinstance(reopened.job, TranslationJob) and reopened.task is None
-    assert reopened.vocabularies == expected
-    assert reopened.vocabularies.source.encode(["i", "love"]) == expected.source.encode(
+    assert reopened.job.vocabularies == expected
+    assert reopened.job.vocabularies.source.encode(["i", "love"]) == expected.source.encode(
         ["i", "love"]
     )
 
@@ -74,7 +74,8 @@ def test_a_damaged_state_file_names_the_file(tmp_path, monkeypatch, capsys):
     config = _config("tatoeba")
     job = job_for(config)
     monkeypatch.setattr(job, "load", lambda: {"train": PAIRS, "valid": PAIRS, "test": PAIRS})
-    run = Run.create(config, job.learnt(), path=tmp_path / "run", job=job)
+    with Run.create(config, path=tmp_path / "run", job=job) as run:
+        pass
     (run.path / "vocab.json").write_text('{"source": {"tokens": []}}')
     with pytest.raises(CheckpointError, match=r"vocab\.json: not this run's state"):
         Run.open(run.path)

@@ -11,6 +11,10 @@ A job's lifetime: constructed from the configuration (cheap: the data is read on
 state; :meth:`~Job.prepare` once the run is open; then :meth:`~Job.batch` and :meth:`~Job.loss`
 every step, :meth:`~Job.valid` every ``eval_every`` steps; at the end :meth:`~Job.evaluate` and
 :meth:`~Job.present`.
+
+A job knows nothing of data parallelism: :meth:`~Job.batch` is the *global* batch of a step, the
+training loop gives each process its share (rows ``rank::world``), and :meth:`~Job.loss` returns
+:class:`Term` s of that share, which the loop combines over the processes (see :class:`Term`).
 """
 
 from __future__ import annotations
@@ -24,10 +28,36 @@ from typing import Any, ClassVar, Protocol
 from torch import Tensor, nn
 
 from attnkit.config import ARCHITECTURE_DATA_KEYS, DataConfig, ModelSection, RunConfig
-from attnkit.data_parallel import DataParallel
 from attnkit.report import Alignment
 
 Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of a training objective, computed on this process's share of a batch.
+
+    The objective is the weighted sum of its terms, each averaged over the *global* batch: the
+    loop sums ``count`` over the processes and scales the term to that average (times the number
+    of processes, which DDP's gradient averaging divides out), so the gradient equals the one a
+    single process computes on the whole batch. A term is given either as a ``sum`` over its
+    ``count`` items (tokens) or as their ``mean`` (a model's own objective) — exactly one.
+
+    Attributes:
+        count: how many items (tokens, rows) the term averages over in this share (a tensor).
+        sum: the term summed over those items, or None.
+        mean: the term averaged over them, or None.
+        weight: its weight in the objective (λ of a joint loss).
+    """
+
+    count: Tensor
+    sum: Tensor | None = None
+    mean: Tensor | None = None
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if (self.sum is None) == (self.mean is None):
+            raise ValueError("a Term takes exactly one of sum= and mean=")
 
 
 class RunDirectory(Protocol):
@@ -105,19 +135,41 @@ class Job(ABC):
         from the global RNG."""
 
     @abstractmethod
-    def prepare(self, run: RunDirectory, parallel: DataParallel, log: Log) -> int:
-        """Get the batches ready once the run is open; returns the batches per epoch."""
+    def prepare(self, run: RunDirectory, log: Log) -> int:
+        """Get the batches ready once the run is open; returns the batches per epoch. It may
+        write files of the run it derives from the data (aligner links): under data parallelism
+        the first process prepares before the others, which then read them."""
 
     @abstractmethod
-    def batch(self, step: int, parallel: DataParallel) -> Any:
-        """This rank's share of the global batch of ``step`` (a function of seed and step)."""
+    def batch(self, step: int) -> Any:
+        """The global batch of ``step``, a function of seed and step: a list of examples, or a
+        dataclass of tensors whose first dimension is the batch (the loop shards either)."""
 
     @abstractmethod
-    def loss(
-        self, model: nn.Module, batch: Any, parallel: DataParallel
-    ) -> tuple[Tensor, dict[str, float]]:
-        """The objective of one batch (averaged over the global batch) and its parts, with
-        ``"loss"`` among them."""
+    def loss(self, model: nn.Module, batch: Any) -> dict[str, Term]:
+        """The objective's terms on ``batch`` (a share of a global batch), by name."""
+
+    def explain(
+        self,
+        model: nn.Module,
+        step: int,
+        text: str,
+        *,
+        directory: Path,
+        output: str | Path | None = None,
+        beam_size: int | None = None,
+    ) -> Path:
+        """Write the attention viewer page of ``model`` on the input ``text`` (``attnkit
+        explain RUN_DIR --input TEXT``) and return its path; a task without one refuses."""
+        raise ValueError(
+            f"a {self.config.data.corpus} run has no attention viewer page: `attnkit explain "
+            "RUN_DIR` shows translation runs (`attnkit explain --hf` any Hugging Face model)"
+        )
+
+    def smallest_batch(self) -> int | None:
+        """The fewest examples a global batch of this run has (None: not known), so the loop
+        can refuse more processes than that before training (each needs an example)."""
+        return None
 
     @abstractmethod
     def valid(self, model: nn.Module) -> dict[str, float]:

@@ -26,12 +26,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.config import RunConfig
-from attnkit.data_parallel import DataParallel
 from attnkit.evaluate.ablation import ablate
 from attnkit.evaluate.metrics import accuracy, macro_f1
 from attnkit.layers.attention import exact_kinds
 from attnkit.tasks.base import Task, task_for
-from attnkit.tasks.job import Job, Log, Presentation, RunDirectory
+from attnkit.tasks.job import Job, Log, Presentation, RunDirectory, Term
 
 
 def epoch_order(size: int, seed: int, epoch: int) -> Tensor:
@@ -112,38 +111,26 @@ class ClassificationJob(Job):
     def build_model(self) -> nn.Module:
         return self.task.build_model()
 
-    def prepare(self, run: RunDirectory, parallel: DataParallel, log: Log) -> int:
+    def prepare(self, run: RunDirectory, log: Log) -> int:
         size, batch = len(self.examples["train"]), self.config.train.batch_size
-        remainder = size % batch  # the epoch's last batch
-        if min(size, batch, remainder or batch) < parallel.world:
-            raise ValueError(
-                f"train.batch_size: each of the {parallel.world} processes needs an example of "
-                f"every batch; batch_size={batch} with {size} training examples leaves a last "
-                f"batch of {remainder or min(size, batch)}"
-            )
         self.per_epoch = math.ceil(size / batch)
         return self.per_epoch
 
-    def batch(self, step: int, parallel: DataParallel) -> tuple[dict[str, Tensor], Tensor]:
+    def smallest_batch(self) -> int:
+        size, batch = len(self.examples["train"]), self.config.train.batch_size
+        return min(size, batch, size % batch or batch)  # an epoch's last batch may be short
+
+    def batch(self, step: int) -> list[Any]:
+        """The training examples of ``step``: a slice of its epoch's seeded permutation."""
         train, size = self.examples["train"], self.config.train.batch_size
         epoch, index = divmod(step, self.per_epoch)
         order = epoch_order(len(train), self.config.seed, epoch)
-        rows = order[index * size : (index + 1) * size].tolist()
-        rows = rows[parallel.rank :: parallel.world]  # this rank's share of the global batch
-        chosen = [train[i] for i in rows]
-        labels = torch.tensor([self.task.label(e) for e in chosen], dtype=torch.long)
-        return self.task.collate(chosen), labels
+        return [train[i] for i in order[index * size : (index + 1) * size].tolist()]
 
-    def loss(
-        self, model: nn.Module, batch: tuple[dict[str, Tensor], Tensor], parallel: DataParallel
-    ) -> tuple[Tensor, dict[str, float]]:
-        inputs, labels = batch
-        loss = objective(model, inputs, labels)
-        if parallel.world > 1:  # weight each rank's mean by its share of the global batch
-            rows = torch.tensor(float(len(labels)))
-            loss = loss * (rows * parallel.world / parallel.total(rows))
-        value = parallel.total(loss.detach().reshape(1)) / parallel.world
-        return loss, {"loss": float(value)}
+    def loss(self, model: nn.Module, batch: Sequence[Any]) -> dict[str, Term]:
+        labels = torch.tensor([self.task.label(e) for e in batch], dtype=torch.long)
+        mean = objective(model, self.task.collate(batch), labels)
+        return {"loss": Term(count=torch.tensor(float(len(labels))), mean=mean)}
 
     def valid(self, model: nn.Module) -> dict[str, float]:
         return classification_metrics(model, self.task, self.examples["valid"], self._eval_batch)

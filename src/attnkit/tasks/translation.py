@@ -6,7 +6,7 @@ the source and target vocabularies (``data.min_freq``, ``data.max_vocab``), kept
 ``vocab.json``. Model (:func:`build_model`): the RNN encoder–decoder with Bahdanau or Luong
 attention, or the Transformer.
 
-The objective (:func:`batch_loss`) is the token-level cross-entropy of the reference; with
+The objective (:func:`loss_terms`) is the token-level cross-entropy of the reference; with
 supervised attention (survey §4.2, Liu et al. 2016; Mi et al. 2016) the joint loss adds
 ``λ · L_attention(attention weights, alignment targets)``, the targets being a statistical
 teacher's links of the training pairs (``data.supervision``: IBM Model 1 or fast_align, one
@@ -26,10 +26,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
-from torch import Tensor, nn
+from torch import nn
 
 from attnkit.checkpoint import atomic_write
 from attnkit.config import TASKS, ConfigError, ModelSection, RunConfig, check_attention_kind
@@ -42,8 +41,7 @@ from attnkit.data.pharaoh import format_pharaoh, parse_pharaoh
 from attnkit.data.symmetrize import symmetrize, transpose_links
 from attnkit.data.tatoeba import load_tatoeba
 from attnkit.data.tatoeba_gold import load_tatoeba_gold
-from attnkit.data.tokenize import tokenize
-from attnkit.data_parallel import DataParallel
+from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.evaluate.alignment import corpus_alignment_error_rate, links_from_weights
 from attnkit.evaluate.supervised import supervised_attention_loss
 from attnkit.evaluate.translation import (
@@ -52,14 +50,16 @@ from attnkit.evaluate.translation import (
     forced_alignment,
     translate,
 )
+from attnkit.interpret.explain import slug
+from attnkit.interpret.viewer import write_viewer
 from attnkit.models import RNNSeq2Seq, TransformerSeq2Seq
-from attnkit.report import Alignment, save_heatmaps
+from attnkit.report import Alignment, describe_model, save_heatmaps
 from attnkit.tasks.alignment_methods import (
     best_on_dev,
     compare_alignment_methods,
     forced_attention,
 )
-from attnkit.tasks.job import Job, Log, Presentation, RunDirectory
+from attnkit.tasks.job import Job, Log, Presentation, RunDirectory, Term
 
 # How the report names each reading of attnkit.tasks.alignment_methods.
 READING_NAMES = {
@@ -246,18 +246,11 @@ def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
     )
 
 
-def batch_loss(
-    model: nn.Module, batch: Batch, config: RunConfig, parallel: DataParallel | None = None
-) -> tuple[Tensor, dict[str, float]]:
-    """The training objective of one batch and its parts.
-
-    Token-level cross-entropy averaged over the batch's target tokens; under data parallelism
-    ``batch`` is this rank's share and the average is over the *global* batch's tokens (times the
-    world size, which DDP's gradient averaging divides out), so the gradient equals the single
-    process one. The parts are the global batch's values on every rank."""
-    parallel = parallel or DataParallel()
+def loss_terms(model: nn.Module, batch: Batch, config: RunConfig) -> dict[str, Term]:
+    """The training objective's terms on ``batch``: the token-level cross-entropy of the
+    reference (a sum over its target tokens) and, with supervised attention, λ times the
+    attention loss averaged over the sentences that have alignment targets."""
     out = model(batch.source, batch.source_lengths, batch.target_in)
-    tokens = parallel.total((batch.target_out != 0).sum())
     nll_sum = F.cross_entropy(
         out.logits.flatten(0, 1),
         batch.target_out.flatten(),
@@ -265,27 +258,20 @@ def batch_loss(
         label_smoothing=config.train.label_smoothing,
         reduction="sum",
     )
-    nll = nll_sum * (parallel.world / tokens.clamp_min(1))
-    loss = nll
-    parts = {"nll": nll}
+    terms = {"nll": Term(count=(batch.target_out != 0).sum(), sum=nll_sum)}
     weight = config.train.supervised_weight
     # a model with an alignment head (Garg et al. 2019) supervises that head, others their
     # attention weights
     attention = out.weights if out.alignment is None else out.alignment
     if weight > 0 and batch.alignment is not None:
         rows = (batch.alignment.sum(-1) > 0).sum()
-        all_rows = parallel.total(rows)
-        if all_rows > 0:
-            attention_loss = (
-                supervised_attention_loss(attention, batch.alignment, config.train.supervised_kind)
-                if rows > 0
-                else attention.sum() * 0.0  # this rank has no gold row: no contribution
-            ) * (rows * parallel.world / all_rows)
-            loss = loss + weight * attention_loss
-            parts["attention_loss"] = attention_loss
-    parts["loss"] = loss
-    values = parallel.total(torch.stack([v.detach() for v in parts.values()])) / parallel.world
-    return loss, dict(zip(parts, values.tolist(), strict=True))
+        mean = (
+            supervised_attention_loss(attention, batch.alignment, config.train.supervised_kind)
+            if rows > 0
+            else attention.sum() * 0.0  # no gold row in this share: no contribution
+        )
+        terms["attention_loss"] = Term(count=rows, mean=mean, weight=weight)
+    return terms
 
 
 def evaluate_run(
@@ -440,6 +426,7 @@ class TranslationJob(Job):
     """Sequence-to-sequence training on a parallel corpus (see the module docstring)."""
 
     state_file = "vocab.json"
+    example_noun = "pairs"
     models = (RNNModelConfig, TransformerModelConfig)
     translation = True
 
@@ -447,7 +434,6 @@ class TranslationJob(Job):
     def check_config(cls, config: RunConfig) -> None:
         if config.data.corpus == "hansards" and not config.data.root:
             raise ValueError("data.root: the hansards corpus needs `root` (its directory)")
-    example_noun = "pairs"
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
@@ -476,14 +462,10 @@ class TranslationJob(Job):
     def build_model(self) -> nn.Module:
         return build_model(self.config, self.vocabularies)
 
-    def prepare(self, run: RunDirectory, parallel: DataParallel, log: Log) -> int:
+    def prepare(self, run: RunDirectory, log: Log) -> int:
         config, train_examples = self.config, self.examples["train"]
-        if config.data.supervision is not None:
-            if parallel.is_main:
-                train_examples = alignment_targets(config, run.path, train_examples, log)
-            parallel.total(torch.zeros(1))  # a barrier: rank 0 has written links.pharaoh
-            if not parallel.is_main:
-                train_examples = alignment_targets(config, run.path, train_examples, log)
+        if config.data.supervision is not None:  # read from the run when already written
+            train_examples = alignment_targets(config, run.path, train_examples, log)
         vocab = self.vocabularies
         self.batches = Batches(
             encode(train_examples, vocab.source, vocab.target),
@@ -493,13 +475,11 @@ class TranslationJob(Job):
         self.encoded_valid = encode(self.examples["valid"], vocab.source, vocab.target)
         return len(self.batches)
 
-    def batch(self, step: int, parallel: DataParallel) -> Batch:
-        return parallel.shard(self.batches.batch(step))
+    def batch(self, step: int) -> Batch:
+        return self.batches.batch(step)
 
-    def loss(
-        self, model: nn.Module, batch: Batch, parallel: DataParallel
-    ) -> tuple[Tensor, dict[str, float]]:
-        return batch_loss(model, batch, self.config, parallel)
+    def loss(self, model: nn.Module, batch: Batch) -> dict[str, Term]:
+        return loss_terms(model, batch, self.config)
 
     def valid(self, model: nn.Module) -> dict[str, float]:
         return corpus_loss(model, self.encoded_valid, self.config.train.batch_size)
@@ -621,3 +601,74 @@ def _choice(scores: Mapping[str, Any]) -> str:
     where = f"layer {layers[0]}" if len(layers) == 1 else "all layers"
     heads = scores["heads"]
     return f", {where}, " + ("heads averaged" if heads is None else f"head {heads[0]}")
+
+    def explain(
+        self,
+        model: nn.Module,
+        step: int,
+        sentence: str,
+        *,
+        directory: Path,
+        output: str | Path | None = None,
+        beam_size: int | None = None,
+    ) -> Path:
+        """Translate ``sentence`` (English) with ``model`` (the checkpoint of ``step``) and write
+        the attention viewer page for it (:func:`attnkit.interpret.explain.explain`).
+
+        Args:
+            model: the run's model, in eval mode.
+            step: its checkpoint's step (shown on the page).
+            sentence: the English input, e.g. ``"I love you."``.
+            directory: the run directory (the default page is written there).
+            output: where to write the page; default ``RUN_DIR/explain-<slug of the input>.html``.
+            beam_size: beam width of the search; ``None``: the run's ``decode.beam_size``.
+
+        Returns:
+            the path of the HTML page (written atomically).
+
+        Raises:
+            ValueError: an input with no tokens, or a bad ``beam_size``.
+            TypeError: an input that is not a str.
+        """
+        if not isinstance(sentence, str):
+            raise TypeError(f"the input must be a str, got {type(sentence).__name__}")
+        source = tokenize(sentence, "en")
+        if not source:
+            raise ValueError(f"the input must contain at least one word, got {sentence!r}")
+        if beam_size is not None and (
+            isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1
+        ):
+            raise ValueError(f"beam_size must be a positive int or None, got {beam_size!r}")
+        config, vocabularies = self.config, self.vocabularies
+        beam = config.decode.beam_size if beam_size is None else beam_size
+        explanation = explain(
+            model,
+            vocabularies.source,
+            vocabularies.target,
+            source,
+            beam_size=beam,
+            max_length=config.decode.max_length,
+        )
+        translation = detokenize(explanation.translation, "fr")
+        title = f"{directory.name}: \u201c{sentence.strip()}\u201d \u2192 \u201c{translation}\u201d"
+        notes = [
+            f"model: {describe_model(config)}",
+            f"checkpoint: step {step}; search: {'greedy' if beam == 1 else f'beam {beam}'}",
+        ]
+        # the viewer labels an unknown word "word(unk)": the labels that differ from the input
+        unknown = [
+            shown for shown, token in zip(explanation.source, source, strict=True) if shown != token
+        ]
+        if unknown:
+            notes.append(f"not in the source vocabulary (read as <unk>): {', '.join(unknown)}")
+        if not explanation.ended:
+            notes.append(
+                f"the search stopped at decode.max_length={config.decode.max_length} tokens "
+                "before emitting <eos>"
+            )
+        notes.append(
+            "cross-attention: rows are the target words emitted, columns the source words; "
+            "decoder self-attention: rows and columns are the decoder's inputs (<bos> y1 … yn)"
+        )
+        path = Path(output) if output is not None else directory / f"explain-{slug(sentence)}.html"
+        return write_viewer(path, explanation.maps, title=title, notes="\n".join(notes))
