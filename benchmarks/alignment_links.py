@@ -55,7 +55,7 @@ def readings(
     dev, test = examples["valid"], examples["test"]
     if len(test) != TEST_SENTENCES:
         raise SystemExit(f"{run_dir}: expected {TEST_SENTENCES} test sentences, got {len(test)}")
-    vocabularies = run.vocabularies
+    vocabularies = run.job.vocabularies
     methods = compare_alignment_methods(
         forced_attention(model, vocabularies, test),
         test,

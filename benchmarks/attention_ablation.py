@@ -15,8 +15,8 @@ import argparse
 import time
 
 from attnkit.evaluate import ablate
-from attnkit.run import Run, load_examples
-from attnkit.tasks.translation import evaluate_run
+from attnkit.run import Run
+from attnkit.tasks.translation import evaluate_run, load_examples
 
 
 def main() -> None:
@@ -35,12 +35,12 @@ def main() -> None:
         start = time.perf_counter()
         if mode == "none":
             result = evaluate_run(
-                model, run.vocabularies, examples, run.config, beam_size=args.beam
+                model, run.job.vocabularies, examples, run.config, beam_size=args.beam
             )
         else:
             with ablate(model, mode, seed=0):
                 result = evaluate_run(
-                    model, run.vocabularies, examples, run.config, beam_size=args.beam
+                    model, run.job.vocabularies, examples, run.config, beam_size=args.beam
                 )
         rows.append((mode, result, time.perf_counter() - start))
     print(

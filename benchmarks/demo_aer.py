@@ -65,7 +65,7 @@ def main() -> None:
 
     run = Run.open(args.run_dir)
     model, step = run.load_model()
-    vocab = run.vocabularies
+    vocab = run.job.vocabularies
     examples = gold_test_part(args.root)
 
     def coverage(side: str) -> str:

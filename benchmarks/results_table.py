@@ -16,7 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-from attnkit.run import Run, describe_model, read_metrics
+from attnkit.report import describe_model
+from attnkit.run import Run, read_metrics
 
 TRANSLATION_HEADER = (
     "| config | model | data | steps × batch | test BLEU | test AER | training time |\n"

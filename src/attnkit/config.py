@@ -48,6 +48,23 @@ class _Section(BaseModel):
     # trained on NaN to the end)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, raw: Any) -> Any:
+        # pydantic reads `steps: true` as 1: a YAML boolean where a number is expected is a typo
+        if isinstance(raw, Mapping):
+            for key, value in raw.items():
+                field = cls.model_fields.get(key) if isinstance(key, str) else None
+                if field is not None and isinstance(value, bool) and _numeric(field.annotation):
+                    raise ValueError(f"{key}: expected a number, got the boolean {value}")
+        return raw
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field takes numbers and not booleans (``int``, ``float``, ``int | None``)."""
+    args = [a for a in getattr(annotation, "__args__", (annotation,)) if a is not type(None)]
+    return bool(args) and all(a in (int, float) for a in args)
+
 
 #: the tasks a configuration's ``data.corpus`` can name. A task is one file of
 #: :mod:`attnkit.tasks` whose class (a classification ``Task`` or a ``Job``) registers itself with

@@ -10,11 +10,10 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.config import validate
-from attnkit.data.corpus import Example
+from attnkit.data.corpus import Example, Vocabularies
 from attnkit.data.vocabulary import EOS, Vocabulary
 from attnkit.evaluate.translation import forced_alignment
 from attnkit.models.outputs import Seq2SeqOutput, Translation
-from attnkit.run import Vocabularies
 from attnkit.tasks.translation import evaluate_run
 
 CONFIG = validate({"name": "oracle", "train": {"steps": 1, "batch_size": 2}})

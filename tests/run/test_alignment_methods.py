@@ -9,11 +9,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from attnkit.data.corpus import Example
+from attnkit.data.corpus import Example, Vocabularies
 from attnkit.data.vocabulary import Vocabulary
 from attnkit.models import TransformerSeq2Seq
 from attnkit.models.outputs import Seq2SeqOutput
-from attnkit.run import Vocabularies
 from attnkit.tasks.alignment_methods import (
     METHODS,
     ForcedAttention,

@@ -21,9 +21,11 @@ from attnkit.config import (
     validate,
 )
 from attnkit.core.kinds import kind_names
+from attnkit.data.corpus import Vocabularies
 from attnkit.data.vocabulary import Vocabulary
 from attnkit.models.transformer_seq2seq import DECODER_KINDS, NOT_DECODER_KINDS
-from attnkit.run import Vocabularies, build_model, describe_model
+from attnkit.report import describe_model
+from attnkit.tasks.translation import build_model
 
 TRANSFORMER = {"kind": "transformer", "d_model": 16, "nhead": 2, "num_layers": 1,
                "dim_feedforward": 32, "max_length": 16}  # fmt: skip

@@ -123,3 +123,13 @@ def test_native_uniform_graph_attention_equals_the_engines(layer):
     # and the weights are 1/|N(i)| (self-loops included)
     degree = torch.bincount(got.edge_index[1], minlength=7).double()
     assert torch.allclose(got.weights, (1 / degree[got.edge_index[1]])[:, None].expand(-1, 3))
+
+
+def test_the_reproductions_page_is_generated_from_the_json_lines():
+    """docs/reproductions.md is what benchmarks/reproductions_table.py makes of the lines."""
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "reproductions_table.py"
+    main_of_script = runpy.run_path(str(script))["main"]
+    assert main_of_script(["--check"]) == 0

@@ -1,0 +1,130 @@
+"""docs/reproductions.md from the JSON lines of `attnkit reproduce` (docs/reproductions/results.jsonl).
+
+    python benchmarks/reproductions_table.py            # rewrites docs/reproductions.md
+    python benchmarks/reproductions_table.py --check    # exit 1 if the page is out of date
+
+Each reproduction's newest line is its row: the paper's number with its table, attnkit's mean ±
+std over its seeds, the same model with uniform attention, the peer library's column, minutes per
+seed on this machine, and the command. What explains a gap — a measurement, not a guess — comes
+from docs/reproductions/notes.yaml (name: text), written by whoever ran the reproduction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+import attnkit.tasks  # noqa: F401  (registers the tasks the configurations name)
+from attnkit import reproduce
+from attnkit.report import describe_model
+
+ROOT = Path(__file__).resolve().parent.parent
+LINES = ROOT / "docs/reproductions/results.jsonl"
+NOTES = ROOT / "docs/reproductions/notes.yaml"
+PAGE = ROOT / "docs/reproductions.md"
+
+HEADER = """# Reproductions
+
+`attnkit reproduce NAME` trains a model of the literature on its paper's benchmark
+(`../shared/data` by default, `--data DIR` otherwise) over several seeds, each an ordinary,
+resumable run directory, and prints one JSON line; `attnkit reproduce --list` lists them. The
+table below is generated from those lines (`docs/reproductions/results.jsonl`) by
+`python benchmarks/reproductions_table.py`; the notes under it say what was measured about
+each gap.
+
+Columns: the paper's number and where it is; attnkit's mean ± standard deviation over the seeds
+(n); *uniform*: the same model trained and evaluated with its attention replaced by uniform
+weights over the admissible keys (survey §4.1, extrinsic evaluation); *peer*: the peer
+library's implementation with the same hyper-parameters and seeds, where there is one; minutes
+of training per seed on this machine (2 CPU cores shared with other work, 1 thread per run).
+
+"""
+
+
+def newest_lines(path: Path) -> dict[str, dict]:
+    """The last JSON line of each reproduction name, in first-seen order."""
+    rows: dict[str, dict] = {}
+    if path.is_file():
+        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if text.strip():
+                try:
+                    line = json.loads(text)
+                except ValueError as error:
+                    raise SystemExit(f"{path}:{number}: not a JSON line ({error})") from None
+                rows[line["name"]] = line
+    return rows
+
+
+def _number(mean: float | None, std: float | None, n: int | None = None) -> str:
+    if mean is None:
+        return "—"
+    spread = "" if std is None else f" ± {std:.1f}"
+    return f"{mean:.1f}{spread}" + (f" (n={n})" if n else "")
+
+
+def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
+    out = [HEADER]
+    out.append(
+        "| reproduction | task | model | metric | paper | attnkit | uniform | peer | min/seed |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
+    for name, line in rows.items():
+        config = reproduce.load(name)
+        task = config.data.corpus + (
+            f" ({config.data.graph})" if hasattr(config.data, "graph") else ""
+        )
+        paper = _number(line["paper"], line.get("paper_std"))
+        peer = line.get("peer")
+        peer_text = "—" if not peer else (
+            f"{_number(peer['mean'], peer['std'], peer['seeds'])} "
+            f"({peer['library']}, {peer['seconds_per_epoch']:.3f} s/epoch; attnkit "
+            f"{line.get('seconds_per_step', float('nan')):.3f})"
+        )
+        out.append(
+            f"| `{name}` | {task} | {describe_model(config)} | {line['metric']} | {paper} | "
+            f"**{_number(line['mean'], line['std'], line['seeds'])}** | "
+            f"{_number(line.get('uniform'), line.get('uniform_std'))} | {peer_text} | "
+            f"{line['minutes']:.1f} |"
+        )
+    out.append("")
+    out.append("## Sources, commands and what explains each gap\n")
+    for name, line in rows.items():
+        out.append(f"### `{name}`\n")
+        out.append(f"- Paper: {line['paper_source']}.")
+        out.append(
+            f"- Command: `attnkit reproduce {name}"
+            + (f" --seeds {line['seeds']}" if line["seeds"] != reproduce.load(name).reproduce.seeds
+               else "")
+            + f"` ({line['config']}); per-seed values: "
+            + ", ".join(f"{v:.1f}" for v in line.get("values", []))
+            + "."
+        )
+        if name in notes:
+            out.append(f"- {notes[name].strip()}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
+    args = parser.parse_args(argv)
+    notes = yaml.safe_load(NOTES.read_text(encoding="utf-8")) if NOTES.is_file() else {}
+    page = render(newest_lines(LINES), notes or {})
+    if args.check:
+        current = PAGE.read_text(encoding="utf-8") if PAGE.is_file() else ""
+        if current != page:
+            print(f"{PAGE} is out of date: run python benchmarks/reproductions_table.py")
+            return 1
+        return 0
+    PAGE.write_text(page, encoding="utf-8")
+    print(f"wrote {PAGE} ({len(newest_lines(LINES))} reproductions)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
