@@ -47,6 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.captured import reads_tensors_requiring_grad
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.reference import score_features
 from attnkit.core.scores import ActivatedGeneral, Score
@@ -142,6 +143,9 @@ def flex_limits(call: AttentionCall) -> list[str]:
             f"{b * h * m * n} scores (B·H·M·N) is below {MIN_SCORES}: the tiled path takes less "
             "time than compiling a kernel"
         )
+    if not why and reads_tensors_requiring_grad(call.score_mod, call.q):
+        # a tensor the engine's search for captured tensors missed: this kernel has no backward
+        why.append("gradients are needed: the score_mod reads a tensor that requires grad")
     if not why and call.q.device.type != "meta":
         key = kernel_key(call)
         if key in _failed:

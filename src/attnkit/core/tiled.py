@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from attnkit.core.align import possibly
 from attnkit.core.call import AttentionCall, AttentionOutput, known_values
+from attnkit.core.captured import captured_tensors, describe_tensor, leaf_outside
 from attnkit.core.reference import call_scores, compute_dtype, score_features, weighted_values
 
 #: numbers of one block's score tensor [B, H, bq, bk] (times the score's own elements per score)
@@ -48,23 +49,6 @@ def block_sizes(batch_heads: int, m: int, n: int, elements_per_score: int) -> tu
     return max(1, min(m, side)), max(1, min(n, side))
 
 
-def captured_tensors(fn: object) -> list[Tensor]:
-    """Tensors a ``score_mod`` holds that need gradients: an ``nn.Module``'s parameters, or the
-    tensors (and modules) in a closure or its defaults. They get gradients like any input."""
-    if fn is None:
-        return []
-    if isinstance(fn, nn.Module):
-        return [p for p in fn.parameters() if p.requires_grad]
-    found: list[Tensor] = []
-    cells = [c.cell_contents for c in (getattr(fn, "__closure__", None) or ())]
-    for value in cells + list(getattr(fn, "__defaults__", None) or ()):
-        if isinstance(value, Tensor) and value.requires_grad:
-            found.append(value)
-        elif isinstance(value, nn.Module):
-            found.extend(p for p in value.parameters() if p.requires_grad)
-    return found
-
-
 @dataclass
 class TiledPlan:
     """What the autograd function needs besides tensors: how to score a block, and the blocks."""
@@ -77,6 +61,9 @@ class TiledPlan:
     n_extras: int  # tensors after q, k, v that get gradients: the score's parameters first
     param_names: list[str]  # names of the score's parameters among them
     finite_values: bool = True  # v holds no NaN/inf (else masked keys need weighted_values)
+    # autograd was on at the call: the first block's score_mod runs under it, and a tensor it
+    # reads that is not among this function's inputs is refused (it would get no gradient)
+    check_reads: bool = False
 
     def scores(self, qf: Tensor, kf: Tensor, q0: int, k0: int) -> Tensor:
         """Scores of a block of features, ``[B, H, bq, bk]`` (masked entries not filled)."""
@@ -147,7 +134,12 @@ def _limits(
 
 
 def _online_softmax(
-    plan: TiledPlan, q: Tensor, k: Tensor, v: Tensor, weights: Tensor | None
+    plan: TiledPlan,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    weights: Tensor | None,
+    inputs: list[Tensor] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """One pass over the blocks: ``(context, lse, summary)``; the per-query summaries
     (``"entropy"``, ``"argmax"``) are accumulated online with the running max and sum. When a
@@ -163,7 +155,13 @@ def _online_softmax(
     row_ps = torch.zeros_like(row_sum) if kind == "entropy" else None  # Σ_j p_j s_j
     best = torch.full((b, h, m), -1, dtype=torch.long, device=device) if kind == "argmax" else None
     for i, q0, q1, j, k0, k1, mask in plan.blocks():
-        s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
+        if inputs is not None:  # the first block, once: the same scores, seen by autograd
+            with torch.enable_grad():
+                s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
+            _refuse_unreached(s, inputs)
+            s, inputs = s.detach(), None
+        else:
+            s = plan.scores(q[..., q0:q1, :], k[..., k0:k1, :], q0, k0)
         if mask is not None:
             s = s.masked_fill(~mask, NEG_INF)
         old_max = row_max[..., q0:q1]
@@ -249,7 +247,8 @@ class TiledAttentionFunction(torch.autograd.Function):
         b, h, m, n = plan.call.shape
         dtype = compute_dtype(q.dtype)
         weights = torch.zeros(b, h, m, n, dtype=dtype, device=q.device) if want_weights else None
-        out, lse, summary, total = _online_softmax(plan, q, k, v.to(dtype), weights)
+        inputs = [q, k, v, *extras] if plan.check_reads else None
+        out, lse, summary, total = _online_softmax(plan, q, k, v.to(dtype), weights, inputs)
         nan_rows = torch.isnan(lse).unsqueeze(-1)
         if weights is not None and possibly(nan_rows):
             # A row with a NaN score is NaN at every key, also where no block was computed.
@@ -307,7 +306,8 @@ class TiledAttentionFunction(torch.autograd.Function):
         dq = torch.zeros(q.shape, dtype=dtype, device=q.device)
         dk = torch.zeros(k.shape, dtype=dtype, device=k.device)
         dv = torch.zeros(v.shape, dtype=dtype, device=v.device)
-        d_extras = [torch.zeros_like(e) for e in extras]
+        # made on a first gradient: a mod may reach many tensors (a global model) and use few
+        d_extras: list[Tensor | None] = [None] * len(extras)
         analytic = plan.analytic_backward()
 
         def accumulate() -> None:
@@ -347,14 +347,28 @@ class TiledAttentionFunction(torch.autograd.Function):
                     dq[..., q0:q1, :] += grads[0]
                 if grads[1] is not None:
                     dk[..., k0:k1, :] += grads[1]
-                for acc, g in zip(d_extras, grads[2:], strict=True):
+                for index, g in enumerate(grads[2:]):
                     if g is not None:
-                        acc += g
+                        acc = d_extras[index]
+                        d_extras[index] = g if acc is None else acc + g
 
         # Recompute with the parameters saved in forward, not whatever the module holds now (they
         # differ under torch.func.functional_call, and parametrizations rebuild their weights).
         with_parameters(plan.call.score, plan.param_names, extras, accumulate)
         return (None, None, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), *d_extras)
+
+
+def _refuse_unreached(scores: Tensor, inputs: list[Tensor]) -> None:
+    """Refuse a ``score_mod`` that read a tensor requiring grad which is none of this autograd
+    function's ``inputs``: its gradient would be lost (``captured.py`` says how they are found)."""
+    lost = leaf_outside(scores, inputs)
+    if lost is not None:
+        raise ValueError(
+            f"the score_mod reads {describe_tensor(lost)} that requires grad, out of attnkit's "
+            "sight (not in its closure, defaults, a functools.partial, the globals its code names, "
+            "an object's attributes or a container): the tiled backend would give it no "
+            "gradient; hold it in one of those, or use backend='chunked' or 'reference'"
+        )
 
 
 def tiled_attention(call: AttentionCall) -> AttentionOutput:
@@ -381,8 +395,17 @@ def tiled_attention(call: AttentionCall) -> AttentionOutput:
         block_q = max(1, min(m, BLOCK_BUDGET // max(1, b * h * n * cost)))
     seed = int(torch.randint(0, 2**62, (1,))) if call.dropout > 0 else 0
     finite_values = call.finite or call.v.device.type == "meta" or bool(call.v.isfinite().all())
+    check_reads = call.score_mod is not None and torch.is_grad_enabled()
     plan = TiledPlan(
-        call, dot_scale, block_q, block_k, seed, len(extras), [n for n, _ in named], finite_values
+        call,
+        dot_scale,
+        block_q,
+        block_k,
+        seed,
+        len(extras),
+        [n for n, _ in named],
+        finite_values,
+        check_reads,
     )
     context, lse, weights, summary = TiledAttentionFunction.apply(
         plan, call.return_weights, q, k, call.v, *extras

@@ -13,7 +13,9 @@ ablation) on the model, with module names as ``model.named_modules()`` gives the
 
 * :func:`swap_attention`: run the model with another score, alignment or ``score_mod``;
 * :func:`to_attnkit`: a BERT-style encoder rebuilt as :class:`attnkit.layers.TransformerEncoder`;
-* :func:`explain_model`: the interactive attention viewer for a model and an input text.
+* :func:`explain_model`: the interactive attention viewer for a model and an input text;
+* :func:`check_model`, :func:`routes_attention`: whether a model can run on attnkit at all (a
+  model that computes its attention outside transformers' attention interface is refused).
 """
 
 from attnkit.integrations.huggingface.attention import (
@@ -25,6 +27,7 @@ from attnkit.integrations.huggingface.attention import (
 )
 from attnkit.integrations.huggingface.convert import to_attnkit
 from attnkit.integrations.huggingface.explain import attention_maps, explain_model, load_model
+from attnkit.integrations.huggingface.guard import check_model, routes_attention
 
 register()
 
@@ -33,9 +36,11 @@ __all__ = [
     "AttentionSettings",
     "attention_maps",
     "attnkit_attention_forward",
+    "check_model",
     "explain_model",
     "load_model",
     "register",
+    "routes_attention",
     "swap_attention",
     "to_attnkit",
 ]

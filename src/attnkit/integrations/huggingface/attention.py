@@ -9,6 +9,10 @@ applies as a flag (so SDPA's fused kernel still runs). Registering the attention
 is not enough: an implementation without a mask function receives no mask at all, so padding is
 silently ignored.
 
+Only models that look their attention function up there can run on attnkit: :mod:`.guard`
+refuses every other one in one line, when it is built (or, when its source cannot tell, at the end
+of its first forward that never reached :func:`attnkit_attention_forward`).
+
 Every call then goes through :func:`attnkit.attention`, inside the forward of the model's
 attention module (``BertSelfAttention``, ``LlamaAttention``, ...), so attention hooks
 (:mod:`attnkit.core.hooks`) attribute it to that module's name in ``model.named_modules()``.
@@ -52,6 +56,7 @@ from attnkit.core.hooks import ModuleSelection, select_modules
 from attnkit.core.masks import ScoreMod
 from attnkit.core.masks import sliding_window as sliding_window_mask
 from attnkit.core.scores import Score
+from attnkit.integrations.huggingface import guard
 
 #: the name to pass as ``attn_implementation``
 ATTN_IMPLEMENTATION = "attnkit"
@@ -134,6 +139,7 @@ def swap_attention(
         raise TypeError(f"score_mod must be callable, got {type(score_mod).__name__}")
     if scale is not None and score is None:
         raise ValueError("scale applies to a swapped score: pass score= too")
+    guard.check_model(model)
     implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if implementation is not None and implementation != ATTN_IMPLEMENTATION:
         raise ValueError(
@@ -188,6 +194,7 @@ def attnkit_attention_forward(
         >>> out.shape, weights.shape
         (torch.Size([2, 5, 4, 8]), torch.Size([2, 4, 5, 7]))
     """
+    guard.note_call()
     q_len, kv_len = query.shape[2], key.shape[2]
     mask = attention_mask
     if mask is not None and mask.dim() == 4 and mask.shape[-1] > kv_len:
@@ -317,8 +324,9 @@ def _active_collector() -> dict[str, Any] | None:
 
 def register() -> None:
     """Register ``"attnkit"`` with transformers' ``AttentionInterface`` and
-    ``AttentionMaskInterface`` (idempotent; importing :mod:`attnkit.integrations.huggingface`
-    calls it).
+    ``AttentionMaskInterface``, and install the guard that refuses models which would never call
+    it (:func:`attnkit.integrations.huggingface.guard.install`); idempotent; importing
+    :mod:`attnkit.integrations.huggingface` calls it.
 
     Example::
 
@@ -339,3 +347,4 @@ def register() -> None:
         ) from error
     AttentionInterface.register(ATTN_IMPLEMENTATION, attnkit_attention_forward)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
+    guard.install()  # a model that would never call the function above is refused

@@ -15,6 +15,7 @@ grouped as transformers groups them in its outputs, never guessed from shapes:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.integrations.huggingface import guard
 from attnkit.integrations.huggingface.attention import ATTN_IMPLEMENTATION
 from attnkit.interpret.explain import slug
 from attnkit.interpret.viewer import AttentionMap, write_viewer
@@ -33,11 +35,21 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
     ``local_files_only``). An encoder–decoder comes with its generation head
     (``AutoModelForSeq2SeqLM``), any other model as ``AutoModel``, in eval mode.
 
+    Only the model and tokenizer classes of the installed transformers are used: every load
+    passes ``trust_remote_code=False``, and a directory that ships its own code for them
+    (``auto_map`` in ``config.json`` or ``tokenizer_config.json``, naming a class transformers
+    does not have) is refused before transformers could ask "run the custom code? [y/N]".
+
     Args:
         path: the model directory (``config.json``, weights, tokenizer files).
 
     Returns:
         ``(model, tokenizer)``.
+
+    Raises:
+        FileNotFoundError: no ``config.json`` in the directory.
+        ValueError: the directory's code would have to run, or the model computes its
+            attention outside transformers' attention interface (:mod:`.guard`).
 
     Example::
 
@@ -63,13 +75,62 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
         raise FileNotFoundError(
             f"{directory} is not a Hugging Face model directory (no config.json)"
         )
-    config = AutoConfig.from_pretrained(directory, local_files_only=True)
+    _refuse_shipped_code(directory)
+    options = {"local_files_only": True, "trust_remote_code": False}
+    config = AutoConfig.from_pretrained(directory, **options)
     auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
-    model = auto.from_pretrained(
-        directory, attn_implementation=ATTN_IMPLEMENTATION, local_files_only=True
-    )
-    tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    model = auto.from_pretrained(directory, attn_implementation=ATTN_IMPLEMENTATION, **options)
+    tokenizer = AutoTokenizer.from_pretrained(directory, **options)
     return model.eval(), tokenizer
+
+
+def _refuse_shipped_code(directory: Path) -> None:
+    """Refuse a directory whose model or tokenizer exists only as its own Python code.
+
+    transformers would ask on the terminal whether to run it (one ``y`` runs it); with
+    ``trust_remote_code=False`` it refuses in a paragraph. A directory whose ``auto_map``
+    names code but whose ``model_type`` (or tokenizer class) transformers has loads with
+    transformers' own class, as ``trust_remote_code=False`` means, and is not refused.
+    """
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    for name in ("config.json", "tokenizer_config.json"):
+        file = directory / name
+        try:
+            data = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue  # transformers reports a damaged file itself
+        shipped = data.get("auto_map") if isinstance(data, dict) else None
+        if not shipped:
+            continue
+        if name == "config.json":
+            known = data.get("model_type") in CONFIG_MAPPING
+        else:
+            known = _known_tokenizer(data.get("tokenizer_class"))
+        if not known:
+            raise ValueError(
+                f"{directory} ships its own Python code for its "
+                f"{'model' if name == 'config.json' else 'tokenizer'} ({name} auto_map: "
+                f"{_code_files(shipped)}); attnkit runs only the classes of the installed "
+                "transformers and never a model directory's code"
+            )
+
+
+def _known_tokenizer(name: object) -> bool:
+    import transformers
+
+    return isinstance(name, str) and hasattr(transformers, name)
+
+
+def _code_files(auto_map: object) -> str:
+    """The ``.py`` files an ``auto_map`` points at, e.g. ``modeling_custom.py``."""
+    refs: list[str] = []
+    for value in auto_map.values() if isinstance(auto_map, dict) else [auto_map]:
+        for ref in value if isinstance(value, list) else [value]:
+            if isinstance(ref, str):
+                module = ref.split("--")[-1].rsplit(".", 1)[0]
+                refs.append(f"{module}.py")
+    return ", ".join(sorted(set(refs))) or repr(auto_map)
 
 
 def explain_model(
@@ -129,6 +190,7 @@ def explain_model(
                 "a loaded model needs its tokenizer: explain_model(model, text, tokenizer=...)"
             )
         name = type(model).__name__
+    guard.check_model(model)
     config: Any = getattr(model, "config", None)
     implementation = getattr(config, "_attn_implementation", None)
     if implementation != ATTN_IMPLEMENTATION:
