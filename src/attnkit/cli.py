@@ -33,6 +33,8 @@ def _load_config(path: str, overrides: Sequence[str]) -> RunConfig:
 
 
 def _train(args: argparse.Namespace) -> int:
+    if args.resume is not None and args.run_dir is not None:
+        raise ValueError("--run-dir names a new run; --resume continues RUN_DIR in place (one)")
     overrides = [*(args.set or []), *(["train.tensorboard=true"] if args.tensorboard else [])]
     config = _load_config(args.config, overrides)  # validated before the run is touched
     if args.check:
@@ -61,7 +63,12 @@ def _check(args: argparse.Namespace, config: RunConfig) -> int:
 
     job = job_for(config)
     if args.resume is not None:
-        Run.open(args.resume, config)
+        from attnkit.checkpoint import CheckpointError
+
+        try:
+            Run.open(args.resume, config)
+        except CheckpointError as error:  # --check answers 0 or 2: the configuration is refused
+            raise ValueError(str(error)) from None
     sizes = ", ".join(f"{len(examples)} {split}" for split, examples in job.examples.items())
     print(f"{args.config}: valid; data: {sizes} {job.example_noun}")
     return 0
@@ -105,6 +112,8 @@ def _eval(args: argparse.Namespace) -> int:
     from attnkit.checkpoint import atomic_write
     from attnkit.run import Run
 
+    if args.set and not args.config:
+        raise ValueError("--set changes a configuration given with --config (none was given)")
     config = _load_config(args.config, args.set) if args.config else None
     run = Run.open(args.run_dir, config)
     model, step = run.load_model(args.checkpoint)

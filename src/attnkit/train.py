@@ -221,6 +221,11 @@ def _steps(
     if stopper is not None and parallel.world > 1:
         raise ValueError("train.patience: early stopping runs in one process (not under torchrun)")
     if checkpoint is not None:
+        if checkpoint.step > config.train.steps:
+            raise ValueError(
+                f"train.steps: {config.train.steps} is below the run's checkpoint at step "
+                f"{checkpoint.step}: nothing to train (give train.steps above it to go on)"
+            )
         checkpoint.restore(model, optimizer, scheduler, rng=True)
         step = checkpoint.step
         if stopper is not None:

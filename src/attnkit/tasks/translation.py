@@ -432,8 +432,23 @@ class TranslationJob(Job):
 
     @classmethod
     def check_config(cls, config: RunConfig) -> None:
-        if config.data.corpus == "hansards" and not config.data.root:
+        data, m = config.data, config.model
+        if data.corpus == "hansards" and not data.root:
             raise ValueError("data.root: the hansards corpus needs `root` (its directory)")
+        if isinstance(m, TransformerModelConfig):
+            # the decoder reads <bos> y1 … yn: n + 1 positions of model.max_length
+            if config.decode.max_length + 1 > m.max_length:
+                raise ValueError(
+                    f"decode.max_length: decoding {config.decode.max_length} tokens needs "
+                    f"{config.decode.max_length + 1} positions; the Transformer has "
+                    f"model.max_length={m.max_length}"
+                )
+            if data.max_length is not None and data.max_length + 1 > m.max_length:
+                raise ValueError(
+                    f"data.max_length: sentences of {data.max_length} tokens need "
+                    f"{data.max_length + 1} decoder positions; the Transformer has "
+                    f"model.max_length={m.max_length}"
+                )
 
     def __init__(self, config: RunConfig) -> None:
         super().__init__(config)
@@ -447,7 +462,23 @@ class TranslationJob(Job):
         return self._vocabularies
 
     def load(self) -> Mapping[str, Sequence[Example]]:
-        return load_examples(self.config)
+        examples = load_examples(self.config)
+        data, m = self.config.data, self.config.model
+        if not examples["train"]:
+            raise ValueError(
+                f"data: no training pair is left of {data.corpus} (data.max_length="
+                f"{data.max_length}, data.max_pairs={data.max_pairs}); loosen the filter"
+            )
+        if isinstance(m, TransformerModelConfig):
+            for split, pairs in examples.items():
+                longest = max((max(len(e.source), len(e.target) + 1) for e in pairs), default=0)
+                if longest > m.max_length:
+                    raise ValueError(
+                        f"model.max_length: the {split} split has a sentence needing {longest} "
+                        f"positions, more than model.max_length={m.max_length}; set "
+                        f"data.max_length below it or raise model.max_length"
+                    )
+        return examples
 
     def learnt(self) -> dict[str, Any]:
         data = self.config.data
