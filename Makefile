@@ -66,6 +66,7 @@ test: $(STAMP)
 	  || $(PY) -m pip install --quiet "$(TENSORBOARD_SPEC)" >/dev/null 2>&1 \
 	  || echo "the TensorBoard test will be skipped: pip install $(TENSORBOARD_SPEC) failed"
 	@$(PY) -c "import captum" 2>/dev/null || $(PY) -m pip install --quiet "captum>=0.8" >/dev/null 2>&1 || echo "the captum attribution tests will be skipped: pip install captum>=0.8 failed"
+	@$(PY) -c "import onnx, onnxruntime, onnxscript" 2>/dev/null || $(PY) -m pip install --quiet -e ".[export]" >/dev/null 2>&1 || echo "the ONNX export tests will be skipped: pip install -e .[export] failed"
 	@$(PY) -c "import mkdocs, mkdocstrings, material" 2>/dev/null \
 	  || $(PY) -m pip install --quiet -e ".[docs]" >/dev/null 2>&1 \
 	  || echo "the docs site test will be skipped: pip install -e .[docs] failed"

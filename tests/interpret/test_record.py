@@ -91,7 +91,8 @@ def test_bounded_selection_of_modules_heads_rows():
     with record(model) as full:
         model(x)
     assert rec.keys() == ["layers.1"]
-    assert torch.equal(rec["layers.1"], full["layers.1"][:, 1:2, 0:2])
+    # the kept rows are computed apart (the materialised formula): equal up to rounding
+    torch.testing.assert_close(rec["layers.1"], full["layers.1"][:, 1:2, 0:2], rtol=0, atol=1e-7)
 
 
 def test_unknown_module_name_raises():

@@ -4,6 +4,7 @@ itself driven in headless Chromium (system ``chromium`` + ``chromedriver``; skip
 """
 
 import json
+import math
 import os
 from html.parser import HTMLParser
 
@@ -94,6 +95,7 @@ def test_embedded_json_round_trips_weights_mean_and_rollout():
     _, data = parse(page)
     enc, crs, single = data["maps"]
     assert [m["name"] for m in data["maps"]] == ["encoder self-attention", "cross", "single"]
+    assert {m["encoding"] for m in data["maps"]} == {"json"}  # a small page is embedded exactly
     assert (enc["layers"], enc["heads"], enc["rows"], enc["columns"]) == (
         2,
         3,
@@ -164,6 +166,10 @@ def test_nasty_tokens_title_and_notes_cannot_break_out_of_the_page():
          ValueError, r"rollout needs square"),
         ([torch.rand(2, 2)], {}, TypeError, "expected an AttentionMap, got Tensor"),
         ({"m": torch.rand(2, 2)}, {"rows": ["a", "b"], "decimals": -1}, ValueError, "decimals"),
+        ({"m": torch.rand(2, 2)}, {"rows": ["a", "b"], "exact": "yes"}, TypeError,
+         "exact must be True, False or None, got 'yes'"),
+        ({"m": torch.rand(2, 2)}, {"rows": ["a", "b"], "max_bytes": 0}, ValueError,
+         "max_bytes must be a positive int or None, got 0"),
     ],
 )  # fmt: skip
 def test_bad_input_names_expected_and_given(maps, kwargs, error, match):
@@ -188,13 +194,70 @@ def test_write_viewer_replaces_atomically_and_leaves_old_page_on_error(tmp_path)
 
 
 # The ``browser`` fixture (headless system Chromium, skipped with its reason without it) and the
-# tiny trained ``runs`` are in conftest.py.
+# tiny trained ``runs`` are in conftest.py. The page draws on a canvas and exposes what it shows
+# as ``window.attentionViewer`` (see attnkit.interpret.viewer_page).
+
+
+def settle(browser) -> None:
+    """Wait until the page has drawn the view its selectors name (decoding may be async)."""
+    browser.execute_async_script(
+        "var done = arguments[arguments.length - 1];"
+        "window.attentionViewer.idle().then(function () { done(null); });"
+    )
+
+
+def shown(browser) -> np.ndarray:
+    """The values of the view on screen, as the page holds them."""
+    settle(browser)
+    return np.array(browser.execute_script("return window.attentionViewer.shown();"))
+
+
+def choose(browser, select: str, value: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    Select(browser.find_element(By.ID, select)).select_by_value(value)
+    settle(browser)
+
+
+def hover(browser, i: int, j: int) -> None:
+    """Move the real mouse pointer to the centre of cell (i, j)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    x, y = browser.execute_script(
+        "var canvas = document.getElementById('overlay'), size = attentionViewer.state().cell;"
+        f"var x = ({j} + 0.5) * size, y = ({i} + 0.5) * size;"
+        "var wrap = document.getElementById('heatmap-wrap'), box = canvas.getBoundingClientRect();"
+        "wrap.scrollLeft += box.left + x - wrap.getBoundingClientRect().left - 100;"
+        "wrap.scrollTop += box.top + y - wrap.getBoundingClientRect().top - 100;"
+        "canvas.scrollIntoView({block: 'nearest', inline: 'nearest'});"
+        "box = canvas.getBoundingClientRect();"
+        "return [Math.floor(box.left + x), Math.floor(box.top + y)];"
+    )
+    actions = ActionChains(browser)
+    actions.w3c_actions.pointer_action.move_to_location(x, y)
+    actions.perform()
+
+
+def pixel(browser, i: int, j: int) -> list[int]:
+    """The RGB the heatmap canvas holds at the centre of cell (i, j)."""
+    return browser.execute_script(
+        "var size = attentionViewer.state().cell, context ="
+        " document.getElementById('heatmap').getContext('2d');"
+        f"return Array.from(context.getImageData(Math.floor(({j} + 0.5) * size),"
+        f" Math.floor(({i} + 0.5) * size), 1, 1).data).slice(0, 3);"
+    )
+
+
+def ramp(value: float, top: float = 1.0) -> list[int]:
+    """The page's colour for ``value``: light (0) to dark blue (``top``), rounded half up as
+    JavaScript's Math.round."""
+    shade = min(max(value / top, 0.0), 1.0)
+    return [math.floor(a - b * shade + 0.5) for a, b in ((247, 239), (251, 203), (255, 148))]
 
 
 def test_page_renders_and_reacts_in_headless_chromium(browser, tmp_path):
-    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.select import Select
 
     tokens = ["je", NASTY[0], NASTY[1], "aime"]
     encoder = attention_stack(2, 3, 4, 4, seed=2)
@@ -210,44 +273,62 @@ def test_page_renders_and_reacts_in_headless_chromium(browser, tmp_path):
         title="viewer test",
     )
     browser.get(path.as_uri())
+    settle(browser)
     assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true"
-
-    def shown() -> np.ndarray:
-        cells = browser.find_elements(By.CSS_SELECTOR, "#heatmap td.cell")
-        grid = {}
-        for cell in cells:
-            i, j = int(cell.get_attribute("data-row")), int(cell.get_attribute("data-col"))
-            grid[i, j] = float(cell.get_attribute("data-value"))
-        rows, columns = max(grid)[0] + 1, max(k[1] for k in grid) + 1
-        assert len(cells) == rows * columns
-        return np.array([[grid[i, j] for j in range(columns)] for i in range(rows)])
+    state = browser.execute_script("return attentionViewer.state();")
+    assert state["encoding"] == "json" and state["cell"] == 28  # small: exact, large cells
 
     # first view: layer 0, mean over heads, one cell per (row, column) token pair
-    assert shown().shape == (4, 4)
-    np.testing.assert_allclose(shown(), encoder[0].mean(0).numpy(), rtol=1e-15)
-    headers = browser.find_elements(By.CSS_SELECTOR, "#heatmap thead th[data-col]")
-    assert [h.get_attribute("textContent") for h in headers] == tokens  # shown as text
+    assert shown(browser).shape == (4, 4)
+    np.testing.assert_allclose(shown(browser), encoder[0].mean(0).numpy(), rtol=1e-15)
+    columns = browser.find_elements(By.CSS_SELECTOR, "#column-labels .label")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#row-labels .label")
+    assert [h.get_attribute("textContent") for h in columns] == tokens  # shown as text
+    assert [h.get_attribute("textContent") for h in rows] == tokens
     assert browser.find_elements(By.TAG_NAME, "img") == []
+    # the canvas holds each cell's colour on the page's ramp (colour scale 0 to 1)
+    for i, j in [(0, 0), (2, 3), (3, 1)]:
+        assert pixel(browser, i, j) == ramp(encoder[0].mean(0)[i, j].item())
 
-    Select(browser.find_element(By.ID, "head-select")).select_by_value("1")
-    assert np.array_equal(shown(), encoder[0, 1].numpy())
-    Select(browser.find_element(By.ID, "layer-select")).select_by_value("1")
-    assert np.array_equal(shown(), encoder[1, 1].numpy())
+    choose(browser, "head-select", "1")
+    assert np.array_equal(shown(browser), encoder[0, 1].numpy())
+    choose(browser, "layer-select", "1")
+    assert np.array_equal(shown(browser), encoder[1, 1].numpy())
+    choose(browser, "scale-select", "relative")  # 0 to the largest value in view
+    assert pixel(browser, 3, 1) == ramp(encoder[1, 1, 3, 1].item(), encoder[1, 1].max().item())
 
-    cell = browser.find_element(By.CSS_SELECTOR, 'td.cell[data-row="3"][data-col="1"]')
-    ActionChains(browser).move_to_element(cell).perform()
+    hover(browser, 3, 1)
     readout = browser.find_element(By.ID, "readout").text
     assert "\u201caime\u201d" in readout and NASTY[0] in readout
     assert f": {encoder[1, 1, 3, 1].item()!r} (" in readout and "head 1" in readout
+    assert "active" in rows[3].get_attribute("class").split()
+    assert "active" in columns[1].get_attribute("class").split()
 
-    Select(browser.find_element(By.ID, "view-select")).select_by_value("rollout")
-    np.testing.assert_allclose(shown(), rollout_reference(encoder.numpy())[1], rtol=1e-12)
+    # values in cells: drawn on the canvas (the cells change), not as elements
+    before = browser.execute_script("return document.getElementById('heatmap').toDataURL();")
+    browser.find_element(By.ID, "show-values").click()
+    after = browser.execute_script("return document.getElementById('heatmap').toDataURL();")
+    assert before != after
+
+    choose(browser, "view-select", "rollout")
+    np.testing.assert_allclose(shown(browser), rollout_reference(encoder.numpy())[1], rtol=1e-12)
     assert not browser.find_element(By.ID, "head-select").is_enabled()
 
-    Select(browser.find_element(By.ID, "map-select")).select_by_value("1")
-    assert np.array_equal(shown(), cross[1, 1].numpy())  # layer and head kept, rollout left
+    choose(browser, "map-select", "1")
+    assert np.array_equal(shown(browser), cross[1, 1].numpy())  # layer and head kept, rollout left
     rollout_option = browser.find_element(By.CSS_SELECTOR, "#view-select option[value=rollout]")
     assert not rollout_option.is_enabled()
+    assert [
+        h.get_attribute("textContent")
+        for h in browser.find_elements(By.CSS_SELECTOR, "#row-labels .label")
+    ] == ["i", "love", "you"]
+
+    # a smaller cell size redraws the same view; below 12 px the axes lose their labels
+    choose(browser, "cell-select", "8")
+    assert browser.execute_script("return attentionViewer.state().cell;") == 8
+    assert not browser.find_element(By.ID, "row-labels").is_displayed()
+    assert pixel(browser, 2, 3) == ramp(cross[1, 1, 2, 3].item(), cross[1, 1].max().item())
+    choose(browser, "cell-select", "auto")
 
     screenshot = tmp_path / "viewer.png"
     assert browser.save_screenshot(str(screenshot))
@@ -272,20 +353,6 @@ def test_page_renders_and_reacts_in_headless_chromium(browser, tmp_path):
 EXPLAINED = "I love you, Zorblax."  # "zorblax" is in no vocabulary: shown as "zorblax(unk)"
 
 
-def cells_shown(browser) -> np.ndarray:
-    """The heatmap's values as the page holds them (``data-value``), read in one script call."""
-    cells = browser.execute_script(
-        "return Array.from(document.querySelectorAll('#heatmap td.cell')).map(function (td) {"
-        "  return [Number(td.dataset.row), Number(td.dataset.col), td.dataset.value]; });"
-    )
-    rows, columns = max(c[0] for c in cells) + 1, max(c[1] for c in cells) + 1
-    assert len(cells) == rows * columns
-    grid = np.full((rows, columns), np.nan)
-    for i, j, value in cells:
-        grid[i, j] = float(value)
-    return grid
-
-
 @pytest.mark.parametrize("kind", ["bahdanau", "transformer"])
 def test_explain_page_renders_and_reacts_in_headless_chromium(
     browser, runs, attention_reference, kind, tmp_path, capsys
@@ -293,7 +360,6 @@ def test_explain_page_renders_and_reacts_in_headless_chromium(
     """The page of ``attnkit explain RUN_DIR --input ...`` for a tiny trained run: every map,
     layer and head the selectors offer shows the model's attention (recomputed without
     attnkit.interpret, float64), hovering reads one weight out, and Chromium logs no error."""
-    from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.select import Select
 
@@ -307,6 +373,7 @@ def test_explain_page_renders_and_reacts_in_headless_chromium(
 
     browser.get_log("browser")  # drop what earlier pages logged
     browser.get(page.as_uri())
+    settle(browser)
     assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "true"
     map_select = Select(browser.find_element(By.ID, "map-select"))
     layer_select = Select(browser.find_element(By.ID, "layer-select"))
@@ -314,7 +381,7 @@ def test_explain_page_renders_and_reacts_in_headless_chromium(
     assert [option.text for option in map_select.options] == list(reference)
 
     for index, (name, weights) in enumerate(reference.items()):
-        map_select.select_by_value(str(index))
+        choose(browser, "map-select", str(index))
         layers, heads = weights.shape[:2]
         assert [o.get_attribute("value") for o in layer_select.options] == [
             str(layer) for layer in range(layers)
@@ -327,34 +394,33 @@ def test_explain_page_renders_and_reacts_in_headless_chromium(
         assert browser.find_element(By.ID, "head-select").is_enabled()
         for layer in range(layers):
             if layers > 1:  # one layer: the selector is disabled and stays at layer 0
-                layer_select.select_by_value(str(layer))
+                choose(browser, "layer-select", str(layer))
             for head in ["mean", *range(heads)]:
-                head_select.select_by_value(str(head))
+                choose(browser, "head-select", str(head))
                 expected = weights[layer].mean(0) if head == "mean" else weights[layer, head]
                 np.testing.assert_allclose(
-                    cells_shown(browser), expected, rtol=0, atol=1e-5, err_msg=f"{name}/{layer}"
+                    shown(browser), expected, rtol=0, atol=1e-5, err_msg=f"{name}/{layer}"
                 )
 
     # hover the unknown source word in the last target row of the cross-attention
-    map_select.select_by_value("0")
+    choose(browser, "map-select", "0")
     cross = reference["cross-attention"]
     layer, head = cross.shape[0] - 1, cross.shape[1] - 1
     if cross.shape[0] > 1:
-        layer_select.select_by_value(str(layer))
-    head_select.select_by_value(str(head))
+        choose(browser, "layer-select", str(layer))
+    choose(browser, "head-select", str(head))
     columns = [
-        th.get_attribute("textContent")
-        for th in browser.find_elements(By.CSS_SELECTOR, "#heatmap thead th[data-col]")
+        label.get_attribute("textContent")
+        for label in browser.find_elements(By.CSS_SELECTOR, "#column-labels .label")
     ]
     assert columns[0] == "i" and "zorblax(unk)" in columns  # tiny vocabulary: more are unknown
     row, column = cross.shape[2] - 1, columns.index("zorblax(unk)")
-    cell = browser.find_element(By.CSS_SELECTOR, f'td.cell[data-row="{row}"][data-col="{column}"]')
-    ActionChains(browser).move_to_element(cell).perform()
+    hover(browser, row, column)
     readout = browser.find_element(By.ID, "readout").text
     assert readout.startswith(f"row {row} ") and "column" in readout
     assert "\u201czorblax(unk)\u201d" in readout and f"(layer {layer}, head {head})" in readout
     value = float(readout.split(": ")[-1].split(" (")[0])
-    assert value == float(cell.get_attribute("data-value"))
+    assert value == browser.execute_script(f"return attentionViewer.value({row}, {column});")
     assert value == pytest.approx(cross[layer, head, row, column], abs=1e-5)
 
     screenshot = tmp_path / f"explain-{kind}.png"

@@ -12,20 +12,33 @@ cannot) is computed as before and its weights recomputed apart, without gradient
 ``nn.TransformerEncoderLayer`` skips its fused eval kernel while any module inside it has hooks,
 so its outputs agree up to rounding.)
 
+Memory: with ``heads=`` or ``rows=``, a call whose weights the model does not ask for is computed
+as without the recorder, and only the kept heads' rows of weights are computed apart, by the
+materialised formula one head and a few rows at a time (:func:`attnkit.core.reference.attend_rows`,
+which keeps each row's position for causal masks, ``mask_mod``/``score_mod`` and positional
+alignments). The peak is then the model's own plus what is kept plus one such block. Two cases
+still form a call's whole weights: a stochastic alignment (hard, reinforced), whose one draw
+must be the one recorded, and a recorder entered inside another hook scope, whose hooks must
+see (and may change) the weights recorded.
+
 Shapes: every record is ``[B, H, M, N]`` (queries M, keys N; ``H = 1`` for single-head calls;
 ``[B, H, M, N, d_v]`` for multi-dimensional attention), the weights before dropout.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.hooks import ModuleSelection, Run
+from attnkit.core.chunked import chunk_rows
+from attnkit.core.hooks import ModuleSelection, Run, observed
+from attnkit.core.reference import attend_rows, score_features
 from attnkit.mechanisms.torch_modules import ModelHook, check_attention_implementation  # noqa: F401
 
 Rows = slice | Sequence[int] | None
@@ -72,11 +85,15 @@ class AttentionRecorder(ModelHook):
                 "record(grad=True) keeps whole weight tensors in the autograd graph; "
                 f"heads/rows/device must be None, got heads={heads}, rows={rows}, device={device}"
             )
-        self.heads = None if heads is None else list(heads)
+        self.heads = None if heads is None else _indices("heads", heads)
+        if rows is not None and not isinstance(rows, slice):
+            rows = _indices("rows", rows)
         self.rows = rows
         self.grad = grad
         self.device = device
         self.weights: dict[str, list[Tensor]] = {}
+        # hooks entered before this recorder are reached by its ``run``; set on entering
+        self._alone = False
         # with grad, torch's MHA returns the engine's output, so its weights are in the graph
         self.replace_torch_outputs = grad
         self.what = "recorded"
@@ -111,18 +128,83 @@ class AttentionRecorder(ModelHook):
         """Forget everything recorded so far (e.g. between batches)."""
         self.weights.clear()
 
+    def __enter__(self) -> AttentionRecorder:
+        # Hooks already active here are inner to this recorder: the weights it keeps must be
+        # the ones they make, so it then asks its ``run`` for whole weights (see module doc).
+        self._alone = not observed()
+        super().__enter__()
+        return self
+
     # --- capture ----------------------------------------------------------------------------
 
+    def _kept_indices(self, name: str, heads: int, rows: int) -> tuple[list[int], list[int]]:
+        """The kept heads and query rows of a ``[B, heads, rows, N]`` call, as non-negative
+        indices in the order asked for."""
+        kept_heads = list(range(heads)) if self.heads is None else self.heads
+        if self.rows is None:
+            kept_rows = list(range(rows))
+        elif isinstance(self.rows, slice):
+            kept_rows = list(range(*self.rows.indices(rows)))
+        else:
+            kept_rows = self.rows
+        for what, kept, size in (("heads", kept_heads, heads), ("rows", kept_rows, rows)):
+            wrong = [i for i in kept if not -size <= i < size]
+            if wrong:
+                raise IndexError(
+                    f"record({what}=...): {wrong} out of range for the {size} {what} of the "
+                    f"attention call in module {name!r}"
+                )
+        return [h % heads for h in kept_heads], [r % rows for r in kept_rows]
+
+    def _select(self, name: str, w: Tensor) -> Tensor:
+        """The kept heads and rows of whole weights ``[B, H, M, N(, d_v)]``, in a tensor of
+        their own (a view would keep the whole weights alive)."""
+        w = w.detach()
+        if self.heads is not None or self.rows is not None:
+            heads, rows = self._kept_indices(name, w.shape[1], w.shape[2])
+            if rows != list(range(w.shape[2])):
+                w = w.index_select(2, torch.tensor(rows, device=w.device))
+            if heads != list(range(w.shape[1])):
+                w = w.index_select(1, torch.tensor(heads, device=w.device))
+        return w if self.device is None else w.to(self.device)
+
     def _store(self, name: str, w: Tensor) -> None:
-        if not self.grad:
-            w = w.detach()
-            if self.heads is not None:
-                w = w[:, self.heads]
-            if self.rows is not None:
-                w = w[:, :, self.rows] if isinstance(self.rows, slice) else w[:, :, list(self.rows)]
-            if self.device is not None:
-                w = w.to(self.device)
-        self.weights.setdefault(name, []).append(w)
+        self.weights.setdefault(name, []).append(w if self.grad else self._select(name, w))
+
+    def _kept_weights(self, name: str, call: AttentionCall) -> Tensor:
+        """The kept heads' rows of the call's weights (before dropout), computed one head and a
+        block of rows at a time: ``[B, H_kept, M_kept, N]`` (``[..., d_v]`` multi-dimensional),
+        on ``device``."""
+        b, h, m, n = call.shape
+        heads, rows = self._kept_indices(name, h, m)
+        features = call.score.value_features
+        trailing = () if features is None else (features,)  # d_v weights per key
+        device = call.q.device if self.device is None else torch.device(self.device)
+        unique = sorted(set(rows))
+        kept = torch.empty(
+            (b, len(heads), len(unique), n, *trailing), dtype=call.q.dtype, device=device
+        )
+        for slot, head in enumerate(heads):
+            one = _one_head(call, head)
+            # A block's scores hold about 1/64 of what is kept (at least one row, at most the
+            # chunked backend's block), so its few tensors stay a small part of the peak.
+            block = max(1, min(len(heads) * len(unique) // 64, chunk_rows(one)))
+            qk = score_features(one, one.q, one.k)  # once per head, not once per block
+            first = 0
+            while first < len(unique):
+                start = unique[first]
+                last = bisect.bisect_left(unique, start + block) - 1
+                stop = unique[last] + 1
+                out = attend_rows(one, start, stop - start, qk)
+                assert out.weights is not None
+                local = torch.tensor(unique[first : last + 1], device=out.weights.device) - start
+                kept[:, slot, first : last + 1] = out.weights[:, 0].index_select(1, local)
+                first = last + 1
+        if rows != unique:  # the order asked for, repeats included
+            position = {row: i for i, row in enumerate(unique)}
+            order = torch.tensor([position[row] for row in rows], device=device)
+            kept = kept.index_select(2, order)
+        return kept
 
     def __call__(self, call: AttentionCall, module: str | None, run: Run) -> AttentionOutput:
         """The hook: computes ``call`` (made inside module ``module``), keeping its weights.
@@ -157,7 +239,20 @@ class AttentionRecorder(ModelHook):
             assert out.weights is not None
             self._store(name, out.weights)
             return out if call.return_weights else dataclasses.replace(out, weights=None)
-        if call.return_weights or run.chosen.weights:
+        if call.return_weights:  # the model forms them anyway
+            out = run(call)
+            assert out.weights is not None
+            self._store(name, out.weights)
+            return out
+        bounded = self.heads is not None or self.rows is not None
+        if bounded and self._alone and not call.align.stochastic:
+            out = run(call)  # exactly as without the recorder
+            # the kept part only, before dropout and without it, so no random draw is made
+            with torch.no_grad():
+                weights = self._kept_weights(name, call)
+            self.weights.setdefault(name, []).append(weights)
+            return out
+        if run.chosen.weights:
             # same backend as without weights: same context, and one draw of any sampling
             out = run(dataclasses.replace(call, return_weights=True))
             assert out.weights is not None
@@ -171,6 +266,51 @@ class AttentionRecorder(ModelHook):
         assert again.weights is not None
         self._store(name, again.weights)
         return out
+
+
+def _indices(what: str, given: Any) -> list[int]:
+    """``heads=`` / ``rows=`` as a list of ints, or one line saying what was expected."""
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise TypeError(f"record({what}=...) takes a sequence of ints, got {given!r}")
+    for index in given:
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"record({what}=...) takes ints, got {index!r} in {list(given)!r}")
+    return list(given)
+
+
+def _one_head(call: AttentionCall, head: int) -> AttentionCall:
+    """Head ``head`` of ``call`` as a call of its own (views of its inputs and masks) that
+    returns its weights before dropout; ``mask_mod`` / ``score_mod`` still see the head's index
+    in the whole call."""
+
+    def narrow(t: Tensor | None) -> Tensor | None:
+        return t if t is None or t.shape[1] == 1 else t[:, head : head + 1]
+
+    def shifted(mod: Callable[..., Tensor] | None, at: int) -> Callable[..., Tensor] | None:
+        if mod is None:
+            return None
+
+        def on_head(*args: Any) -> Tensor:
+            args = (*args[:at], args[at] + head, *args[at + 1 :])  # the head axis index
+            return mod(*args)
+
+        return on_head
+
+    return dataclasses.replace(
+        call,
+        q=call.q[:, head : head + 1],
+        k=call.k[:, head : head + 1],
+        v=call.v[:, head : head + 1],
+        mask=narrow(call.mask),
+        bias=narrow(call.bias),
+        mask_mod=shifted(call.mask_mod, 1),  # mask_mod(b, h, q_idx, kv_idx)
+        score_mod=shifted(call.score_mod, 2),  # score_mod(score, b, h, q_idx, kv_idx)
+        return_weights=True,
+        return_lse=False,
+        dropout=0.0,
+        summary=None,
+        weights_after_dropout=False,
+    )
 
 
 def record(
@@ -190,8 +330,9 @@ def record(
             ``model.named_modules()`` (``"encoder.layers.*.self_attn"``) or a predicate
             ``fn(name, module)``; default all. A call is attributed to the innermost watched
             module running when it is made.
-        heads: keep only these heads (bounded memory).
-        rows: keep only these query rows (a slice or indices).
+        heads: keep only these heads (bounded memory: only their weights are computed apart,
+            see the module docstring).
+        rows: keep only these query rows (a slice or indices; bounded the same way).
         grad: keep the weights in the autograd graph (computed by the materialised formula, so
             outputs may differ from the fused kernel's in the last bits), for gradients of an
             output with respect to them (:func:`gradient_weighted_attention`);
