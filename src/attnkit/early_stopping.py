@@ -7,8 +7,9 @@ its best, the model is kept as the one to evaluate; if either improved, the coun
 without progress restarts; otherwise it grows, and at ``patience`` training stops. A run without
 an accuracy (translation) reads the loss alone.
 
-The kept model is written to ``RUN_DIR/best.safetensors`` (atomically) and the counters go into
-every checkpoint, so a resumed run stops where the uninterrupted one would.
+The kept model is held in memory and written to ``RUN_DIR/best.safetensors`` (atomically) when a
+checkpoint takes the counters (:meth:`EarlyStopping.state`), so a resumed run stops where the
+uninterrupted one would, and an improving run does not write its weights at every evaluation.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class EarlyStopping:
         self.best_loss, self.best_accuracy = math.inf, -math.inf
         self.waited, self.best_step, self.stopped = 0, None, False
         self._best: dict[str, torch.Tensor] | None = None
+        self._written = True  # whether the file holds the kept model
 
     def update(self, step: int, valid: Mapping[str, float], model: nn.Module) -> None:
         """Take the validation metrics of ``step`` (``"loss"``, and ``"accuracy"`` if any)."""
@@ -61,11 +63,16 @@ class EarlyStopping:
 
     def _keep(self, step: int, model: nn.Module) -> None:
         self._best = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
-        atomic_write(self.path, save_tensors(self._best))
-        self.best_step = step
+        self.best_step, self._written = step, False
 
     def state(self) -> dict[str, Any]:
-        """The counters, JSON-able (a checkpoint's ``extra``); infinities as ``None``."""
+        """The counters, JSON-able (a checkpoint's ``extra``; infinities as ``None``), after
+        writing the kept model if it changed since the last checkpoint. A checkpoint cut off
+        after this write is harmless: training from the older checkpoint replays the same steps
+        and keeps the same model again."""
+        if self._best is not None and not self._written:
+            atomic_write(self.path, save_tensors(self._best))
+            self._written = True
         return {
             "best_loss": self.best_loss if math.isfinite(self.best_loss) else None,
             "best_accuracy": self.best_accuracy if math.isfinite(self.best_accuracy) else None,
