@@ -23,8 +23,9 @@ BACKEND_NAMES = [backend.name for backend in BACKENDS]
 
 
 def backend_reasons(backend: str, q: Tensor, k: Tensor, v: Tensor, **kwargs) -> list[str]:
-    """Why ``backend`` cannot run ``ak.attention(q, k, v, **kwargs)`` (empty when it can)."""
-    return backend_named(backend).reasons(prepare(q, k, v, **kwargs))
+    """Why ``backend`` declines ``ak.attention(q, k, v, **kwargs)`` when the engine chooses
+    (empty when it takes it); the values are read too (NaN, infinities, overflow)."""
+    return backend_named(backend).decline(prepare(q, k, v, **kwargs)) or []
 
 
 def attend(backend: str, q: Tensor, k: Tensor, v: Tensor, **kwargs) -> ak.AttentionOutput:

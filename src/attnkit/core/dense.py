@@ -17,9 +17,10 @@ product of features (``Score.pairwise_is_dot``: dot, scaled dot, general, biased
 qualifies; the features are computed first, under autograd.
 
 Non-finite numbers: like the fused kernels, the GEMM and ``torch.softmax`` define nothing for NaN
-and infinities that matches attnkit's semantics (docs/reliability.md), so calls whose inputs are
-not finite, or whose scores could overflow, are computed by the tiled algorithm instead. Rows with
-no admissible key get zero weights and a zero context, as on every backend.
+and infinities that matches attnkit's semantics (docs/reliability.md), so the backend declares
+``nonfinite=False``: it declines calls whose inputs are not finite, or whose scores could
+overflow, and the engine runs them on the next backend (``tiled``). Rows with no admissible key
+get zero weights and a zero context, as on every backend.
 """
 
 from __future__ import annotations
@@ -31,9 +32,7 @@ from torch import Tensor
 from attnkit.core.align import possibly
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.reference import score_features
-from attnkit.core.sdpa import scores_stay_finite
 from attnkit.core.summary import summarize
-from attnkit.core.tiled import tiled_attention
 
 
 def batched_gemm(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
@@ -78,8 +77,6 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     qf, kf = score_features(call, call.q, call.k)  # e.g. W q of the general score, under autograd
     scale = call.score.resolve_scale(call.scale, call.k.shape[-1])
     scale = 1.0 if scale is None else scale
-    if not scores_stay_finite(call, qf, kf, scale):
-        return tiled_attention(call)  # NaN/inf semantics that softmax over a GEMM does not give
     v = call.v.to(qf.dtype)
     inputs = (qf, kf, v) if call.bias is None else (qf, kf, v, call.bias)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
