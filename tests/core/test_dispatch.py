@@ -139,7 +139,8 @@ def test_the_whole_engine_walks_past_every_declining_backend() -> None:
     text = ak.explain(q, k, v)
     out, names = computed_by(lambda: ak.attention(q, k, v))
     assert "runs on: tiled" in text
-    assert [line.split(":")[0].strip() for line in text.splitlines()[2:]] == [
+    passed = [line for line in text.splitlines() if line.startswith("  passed over")]
+    assert [line.split(":")[0].strip() for line in passed] == [
         "passed over sdpa",
         "passed over dense",
         "passed over flex",
@@ -270,7 +271,7 @@ def test_unknown_names_are_refused_with_the_valid_ones() -> None:
     valid = ", ".join(b.name for b in BACKENDS)
     with pytest.raises(ValueError, match=rf"unknown backend 'flash'; expected one of: {valid}$"):
         ak.backends("tiled", "flash").__enter__()
-    with pytest.raises(ValueError, match="at least one backend name"):
+    with pytest.raises(ValueError, match="needs backend names or a memory_budget"):
         ak.backends().__enter__()
     with pytest.raises(TypeError, match="named by a string, got int"):
         ak.backends(3).__enter__()  # type: ignore[arg-type]

@@ -88,6 +88,16 @@ class Backend:
     gradients: bool = True  # computes gradients (else passed over when autograd needs them)
     # reasons only the backend can judge (e.g. which scores a compiled kernel expresses)
     limits: Callable[[AttentionCall], list[str]] | None = None
+    # predicted peak bytes of a call: memory(call, backward) (see memory.py)
+    memory: Callable[[AttentionCall, bool], int] | None = None
+
+    def peak_memory(self, call: AttentionCall) -> int:
+        """Predicted peak bytes of running ``call`` here: the forward, and the backward too
+        when autograd will differentiate the call (``memory.py``); 0 if the backend declares
+        no prediction."""
+        if self.memory is None:
+            return 0
+        return int(self.memory(call, needs_gradients(call)))
 
     def reasons(self, call: AttentionCall, forced: bool = False) -> list[str]:
         """What the declaration (fields and ``limits``) says against ``call``: empty when

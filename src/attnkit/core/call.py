@@ -305,6 +305,11 @@ def prepare(
     return call if call.finite else _without_unreachable_keys(call)
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Scores and alignments of half-precision inputs are computed in float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def known_values(t: Tensor) -> bool:
     """Whether Python may branch on ``t``'s values: not on ``meta`` (it has none), not while
     ``torch.compile`` traces (a branch on values cannot be traced: the code takes the path that

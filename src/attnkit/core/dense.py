@@ -31,6 +31,7 @@ from torch import Tensor
 
 from attnkit.core.align import possibly
 from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.memory import feature_bytes, mask_bytes, sizes
 from attnkit.core.reference import score_features
 from attnkit.core.summary import summarize
 
@@ -113,3 +114,24 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
         lse=lse,
         summary=None if call.summary is None else summarize(a, call.summary),
     )
+
+
+def dense_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`dense_attention` (see ``memory.py``): the scores
+    ``[B, H, M, N]``, overwritten by the weights (one tensor), and the context; under autograd
+    the scores, the weights autograd saves and, in the backward, their gradient (three, five with
+    a mask: the masked fill's gradient), with the gradients of ``q``, ``k``, ``v``. Dropout adds
+    the dropped weights and their mask; half inputs, the weights cast back."""
+    z = sizes(call)
+    scores = z.scores * z.compute
+    extra = feature_bytes(call) + mask_bytes(call) + (z.rows * z.compute if call.return_lse else 0)
+    if call.dropout > 0:
+        extra += scores + z.scores  # F.dropout's output and its bool mask
+    if call.return_weights and z.item != z.compute:
+        extra += z.scores * z.item
+    context = z.context * z.compute
+    if not backward:
+        return extra + scores + context
+    if mask_bytes(call) or call.mask is not None:  # masked_fill_'s gradient, and ~mask
+        extra += 2 * scores
+    return extra + 3 * scores + 2 * context

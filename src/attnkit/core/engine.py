@@ -21,23 +21,26 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from attnkit.core.align import Align, Entmax15, Softmax, Sparsemax
-from attnkit.core.backend import Backend, Declined
+from attnkit.core.backend import Backend, Declined, needs_gradients
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
-from attnkit.core.chunked import chunked_attention
-from attnkit.core.dense import dense_attention
-from attnkit.core.flex import FLEX_DTYPES, flex_attention_forward, flex_limits
+from attnkit.core.chunked import chunked_attention, chunked_memory
+from attnkit.core.dense import dense_attention, dense_memory
+from attnkit.core.flex import FLEX_DTYPES, flex_attention_forward, flex_limits, flex_memory
 from attnkit.core.hooks import observed, run_hooked
 from attnkit.core.masks import MaskMod, ScoreMod
-from attnkit.core.reference import reference_attention
+from attnkit.core.memory import SMALL, default_budget, format_bytes, parse_budget
+from attnkit.core.reference import reference_attention, reference_memory
 from attnkit.core.scores import Score
-from attnkit.core.sdpa import sdpa_attention
-from attnkit.core.sparse_rows import sparse_rows_attention, sparse_rows_limits
-from attnkit.core.tiled import tiled_attention
+from attnkit.core.sdpa import sdpa_attention, sdpa_memory
+from attnkit.core.sparse_rows import sparse_rows_attention, sparse_rows_limits, sparse_rows_memory
+from attnkit.core.tiled import tiled_attention, tiled_memory
 
 #: the backends in the order the engine tries them: the fastest that can run a call first
 BACKENDS: list[Backend] = [
@@ -45,6 +48,7 @@ BACKENDS: list[Backend] = [
         "sdpa",
         "torch.nn.functional.scaled_dot_product_attention (fused kernels)",
         sdpa_attention,
+        memory=sdpa_memory,
         dot_scores_only=True,
         aligns=(Softmax,),
         multi_dimensional=False,
@@ -59,6 +63,7 @@ BACKENDS: list[Backend] = [
         "dense",
         "weights on demand: scores by one GEMM into the weights' buffer, softmax, one GEMM",
         dense_attention,
+        memory=dense_memory,
         dot_scores_only=True,
         aligns=(Softmax,),
         multi_dimensional=False,
@@ -71,6 +76,7 @@ BACKENDS: list[Backend] = [
         "compiled FlexAttention (torch.compile: C++ on the CPU, Triton on CUDA), forward only: "
         "dot-product scores (or act() of one) with score_mod, masks and causal",
         flex_attention_forward,
+        memory=flex_memory,
         aligns=(Softmax,),
         multi_dimensional=False,
         weights=False,
@@ -86,6 +92,7 @@ BACKENDS: list[Backend] = [
         "tiled",
         "FlashAttention's online softmax over blocks, backward by recomputation: every score",
         tiled_attention,
+        memory=tiled_memory,
         aligns=(Softmax,),
         multi_dimensional=False,
         dropped_weights=False,
@@ -95,6 +102,7 @@ BACKENDS: list[Backend] = [
         "sparsemax / 1.5-entmax of dot-product scores by blocks of rows, backward from the "
         "saved thresholds",
         sparse_rows_attention,
+        memory=sparse_rows_memory,
         dot_scores_only=True,
         aligns=(Sparsemax, Entmax15),
         multi_dimensional=False,
@@ -110,11 +118,13 @@ BACKENDS: list[Backend] = [
         "chunked",
         "the materialised formula over blocks of queries: every alignment, multi-dimensional",
         chunked_attention,
+        memory=chunked_memory,
     ),
     Backend(
         "reference",
         "the materialised formula, eq. (2)-(4): every score, alignment and option",
         reference_attention,
+        memory=reference_memory,
         traceable=True,
     ),
 ]
@@ -133,8 +143,14 @@ def backend_named(name: str) -> Backend:
 
 # --- the backend scope ---------------------------------------------------------------------------
 
-# the backends allowed in this context (None: every backend); set by ``backends``
-_ALLOWED: ContextVar[tuple[Backend, ...] | None] = ContextVar("attnkit_backends", default=None)
+
+@dataclass(frozen=True)
+class _Scope:
+    allowed: tuple[Backend, ...] | None  # None: every backend
+    budget: int | None  # bytes; None: the default budget (memory.py)
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("attnkit_backends", default=None)
 # Scopes open in any context of the process. A plain global, read before the ContextVar: while it
 # is 0 no context has a scope, and ``torch.compile`` (which cannot trace ContextVar.get) guards on
 # its value, so code compiled with no scope open is recompiled when one opens (as in hooks.py).
@@ -143,23 +159,34 @@ _OPEN_LOCK = threading.Lock()
 
 
 @contextmanager
-def backends(*names: str) -> Iterator[None]:
-    """Inside this scope the engine picks only from the backends ``names``.
+def backends(*names: str, memory_budget: int | str | None = None) -> Iterator[None]:
+    """Inside this scope the engine picks only from the backends ``names``, and keeps each
+    call's predicted peak memory within ``memory_budget``.
 
-    They are tried in the engine's order (:data:`BACKENDS`, fastest first), whatever order
-    they are named in, and the first that does not decline a call runs it; when each declines,
-    the call raises one ``ValueError`` listing every named backend's reasons. A scope replaces
-    an enclosing one, and ``attention(..., backend="x")`` is the scope ``backends("x")`` for one
-    call. The previous choice is restored when the scope ends (a ``ContextVar``, reset in
-    ``finally``, as ``torch.nn.attention.sdpa_kernel``), so the scope belongs to this thread or
-    asyncio task only.
+    The backends are tried in the engine's order (:data:`BACKENDS`, fastest first), whatever
+    order they are named in, and the first that does not decline a call and whose predicted peak
+    fits the budget runs it (if every one that takes the call exceeds the budget, the one
+    predicted to need least runs); when each declines, the call raises one ``ValueError`` listing
+    every named backend's reasons. ``attention(..., backend="x")`` is the scope
+    ``backends("x")`` for one call. A scope replaces what it sets of an enclosing one (the names,
+    the budget) and keeps the rest. The previous choice is restored when the scope ends (a
+    ``ContextVar``, reset in ``finally``, as ``torch.nn.attention.sdpa_kernel``), so the scope
+    belongs to this thread or asyncio task only.
 
     Args:
         names: backend names (``"sdpa"``, ``"dense"``, ``"flex"``, ``"tiled"``,
-            ``"sparse_rows"``, ``"chunked"``, ``"reference"``); at least one.
+            ``"sparse_rows"``, ``"chunked"``, ``"reference"``); none keeps the enclosing
+            choice (all backends outside any scope).
+        memory_budget: bytes, a size like ``"2GiB"`` or a percentage of the available memory
+            like ``"40%"``; ``None`` keeps the enclosing budget (outside any scope: the
+            environment variable ``ATTNKIT_MEMORY_BUDGET``, else half the available memory).
+
+    Yields:
+        Nothing: the choice holds inside the ``with`` block and is restored after it.
 
     Raises:
-        ValueError: an unknown name (listing the valid ones), or no name.
+        ValueError: an unknown name (listing the valid ones), a bad budget, or neither names nor
+            a budget.
 
     Example::
 
@@ -167,14 +194,22 @@ def backends(*names: str) -> Iterator[None]:
         >>> with ak.backends("tiled", "reference"):
         ...     out = ak.attention(q, q, q)                      # tiled: sdpa is not allowed
         ...     top = ak.attention(q, q, q, align="topk")        # reference: tiled runs softmax
+        >>> with ak.backends(memory_budget="4GiB"):
+        ...     out = ak.attention(q, q, q, return_weights=True)
     """
-    if not names:
-        valid = ", ".join(b.name for b in BACKENDS)
-        raise ValueError(f"backends() needs at least one backend name; expected some of: {valid}")
-    named = {backend_named(name).name for name in names}
-    allowed = tuple(b for b in BACKENDS if b.name in named)
     global _OPEN_SCOPES
-    token = _ALLOWED.set(allowed)
+    if not names and memory_budget is None:
+        valid = ", ".join(b.name for b in BACKENDS)
+        raise ValueError("backends() needs backend names or a memory_budget; backends: " + valid)
+    outer = _SCOPE.get() if _OPEN_SCOPES else None
+    allowed = None if outer is None else outer.allowed
+    if names:
+        named = {backend_named(name).name for name in names}
+        allowed = tuple(b for b in BACKENDS if b.name in named)
+    budget = None if outer is None else outer.budget
+    if memory_budget is not None:
+        budget = parse_budget(memory_budget)
+    token = _SCOPE.set(_Scope(allowed, budget))
     with _OPEN_LOCK:
         _OPEN_SCOPES += 1
     try:
@@ -182,7 +217,7 @@ def backends(*names: str) -> Iterator[None]:
     finally:
         with _OPEN_LOCK:
             _OPEN_SCOPES -= 1
-        _ALLOWED.reset(token)
+        _SCOPE.reset(token)
 
 
 def allowed_backends(backend: str | None = None) -> tuple[Backend, ...]:
@@ -191,10 +226,21 @@ def allowed_backends(backend: str | None = None) -> tuple[Backend, ...]:
     if backend is not None:
         return (backend_named(backend),)
     if _OPEN_SCOPES:
-        allowed = _ALLOWED.get()
-        if allowed is not None:
-            return allowed
+        scope = _SCOPE.get()
+        if scope is not None and scope.allowed is not None:
+            return scope.allowed
     return tuple(BACKENDS)
+
+
+def memory_budget(call: AttentionCall | None = None) -> int:
+    """The bytes a call may use here: the innermost :func:`backends` scope's
+    ``memory_budget``, else ``ATTNKIT_MEMORY_BUDGET``, else half the memory available on the
+    call's device (``attnkit.core.memory``)."""
+    if _OPEN_SCOPES:
+        scope = _SCOPE.get()
+        if scope is not None and scope.budget is not None:
+            return scope.budget
+    return default_budget(None if call is None else call.q.device)
 
 
 # --- the loop ------------------------------------------------------------------------------------
@@ -217,13 +263,33 @@ def _first(
     passed: list[tuple[str, list[str]]],
     after: int = -1,
 ) -> Backend:
-    """The first of ``candidates`` past index ``after`` that does not decline ``call``; the
-    reasons of those that do are appended to ``passed``. Raises when every one declines."""
+    """The first of ``candidates`` past index ``after`` that does not decline ``call`` and whose
+    predicted peak memory fits the budget; the reasons of those passed over are appended to
+    ``passed``. When every one that takes the call exceeds the budget, the one predicted to need
+    least; raises when every one declines."""
+    budget: int | None = None
+    over: list[tuple[int, Backend]] = []
     for candidate in candidates[after + 1 :]:
         reasons = candidate.decline(call, forced)
         if reasons is None:
-            return candidate
+            if torch.compiler.is_compiling():  # only the traceable reference takes the call
+                return candidate
+            peak = candidate.peak_memory(call)
+            if peak <= SMALL:  # no need to ask how much memory is free
+                return candidate
+            budget = memory_budget(call) if budget is None else budget
+            if peak <= budget:
+                return candidate
+            reasons = [
+                f"its predicted peak memory {format_bytes(peak)} exceeds the budget "
+                f"{format_bytes(budget)}"
+            ]
+            over.append((peak, candidate))
         passed.append((candidate.name, reasons))
+    if over:  # each exceeds the budget: the least hungry runs
+        smallest = min(over, key=lambda item: item[0])[1]
+        passed[:] = [entry for entry in passed if entry[0] != smallest.name]
+        return smallest
     raise _refusal(passed)
 
 
@@ -309,6 +375,8 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
     passed: list[tuple[str, list[str]]] = []
     chosen = _first(call, candidates, len(candidates) == 1, passed)
     b, h, m, n = call.shape
+    peaks = {x.name: format_bytes(x.peak_memory(call)) for x in candidates}
+    width = max(len(text) for text in peaks.values())
     lines = [
         f"attention over B={b} H={h} M={m} N={n}, d_q={call.q.shape[-1]}, d_v={call.v.shape[-1]}, "
         f"{call.q.dtype}, score={call.score.registry_name}, align={call.align.registry_name}",
@@ -319,6 +387,14 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
         lines.append("  not allowed here (backends scope or backend=): " + ", ".join(outside))
     for name, reasons in passed:
         lines.append(f"  passed over {name}: " + "; ".join(reasons))
+    passes = "forward + backward" if needs_gradients(call) else "forward"
+    lines.append(
+        f"predicted peak memory ({passes}; budget {format_bytes(memory_budget(call))}), in the "
+        "order tried:"
+    )
+    for name, peak in peaks.items():
+        mark = "runs" if name == chosen.name else ""
+        lines.append(f"  {name:<12}{peak:>{width}}  {mark}".rstrip())
     return "\n".join(lines)
 
 

@@ -53,6 +53,7 @@ from torch import Tensor, nn
 from attnkit.core.backend import Declined
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.masks import MaskMod, ScoreMod
+from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.reference import score_features
 from attnkit.core.scores import ActivatedGeneral, Score
 
@@ -329,3 +330,22 @@ def flex_attention_forward(call: AttentionCall) -> AttentionOutput | Declined:
         # e.g. a +inf score: attnkit shares the row among the +inf keys, the kernel gives NaN
         return Declined(("the compiled kernel's context is not finite (a score was ±inf)",))
     return AttentionOutput(context=context)
+
+
+def flex_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`flex_attention_forward` (see ``memory.py``; forward only:
+    the backend declines calls that need gradients): the context and the log-sum-exp the kernel
+    returns, the ``BlockMask``'s tables (a few ints per tile) and, while it is built, one row of
+    query blocks of the bool mask ``[B, H, Q_BLOCK, N]``."""
+    z = sizes(call)
+    _, _, m, n = call.shape
+    tiles = -(-m // Q_BLOCK) * -(-n // MASKED_KV_BLOCK)
+    masked = call.mask is not None or call.causal or call.mask_mod is not None
+    mask_rows = z.b * z.h * Q_BLOCK * n * 2 if masked else 0
+    return (
+        feature_bytes(call)
+        + (z.context + z.rows) * z.item
+        + z.rows * 4
+        + 4 * tiles * 4 * (z.b * z.h if masked else 1)
+        + mask_rows
+    )

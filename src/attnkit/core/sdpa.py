@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.memory import feature_bytes, mask_bytes, mask_elements, sizes
 from attnkit.core.reference import score_features
 
 
@@ -47,3 +48,22 @@ def sdpa_attention(call: AttentionCall) -> AttentionOutput:
         scale=scale,
     )
     return AttentionOutput(context=context)
+
+
+def sdpa_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`sdpa_attention` (see ``memory.py``). PyTorch's fused
+    kernel (equal query and value feature sizes, no dropout) holds the context and the
+    log-sum-exp ``[B, H, M]``, and its backward the gradients of ``q``, ``k``, ``v`` and of the
+    context; otherwise PyTorch's materialised path holds 2 ``[B, H, M, N]`` tensors (3 in the
+    backward; one more with dropout). A mask passed to the kernel is converted to floats."""
+    z = sizes(call)
+    _, _, m, n = call.shape
+    extra = feature_bytes(call)
+    if not (call.only_causal and m == n):  # else the kernel's own causal flag: no mask
+        extra += mask_bytes(call) + mask_elements(call) * z.item
+    io = (z.queries + z.keys + z.values + z.context) * z.item
+    if z.dq == z.dv and call.dropout == 0:
+        forward = z.context * z.item + z.rows * 4
+        return extra + (forward + io if backward else forward)
+    tensors = (3 if backward else 2) + (call.dropout > 0)
+    return extra + tensors * z.scores * z.item + (io if backward else z.context * z.item)

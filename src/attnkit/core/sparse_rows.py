@@ -51,6 +51,7 @@ from torch import Tensor
 from attnkit.core.align import Entmax15
 from attnkit.core.backend import Declined
 from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.reference import compute_dtype, score_features
 
 #: numbers in one block's score tensor [B, H, rows, N]
@@ -242,6 +243,11 @@ class SparseRowsFunction(torch.autograd.Function):
         )
 
 
+def divisor(call: AttentionCall) -> float:
+    """``t`` of ``x = s / t``: 2 for 1.5-entmax, 1 for sparsemax."""
+    return 2.0 if isinstance(call.align, Entmax15) else 1.0
+
+
 def sparse_rows_limits(call: AttentionCall) -> list[str]:
     """Why the ``sparse_rows`` backend passes over ``call``, beyond its declared capabilities."""
     why = []
@@ -262,9 +268,28 @@ def sparse_rows_attention(call: AttentionCall) -> AttentionOutput | Declined:
     qf, kf = score_features(call, call.q, call.k)  # e.g. W q of the general score, autograd
     factor = call.score.resolve_scale(call.scale, call.k.shape[-1])
     scale = 1.0 if factor is None else factor
-    divisor = 2.0 if isinstance(call.align, Entmax15) else 1.0
     rows = max(1, min(m, ROW_BLOCK_BUDGET // max(1, b * h * n)))
-    plan = SparsePlan(call, scale, divisor, rows)
+    plan = SparsePlan(call, scale, divisor(call), rows)
     dtype = compute_dtype(call.q.dtype)
     context = SparseRowsFunction.apply(plan, qf.to(dtype), kf.to(dtype), call.v)
     return AttentionOutput(context=context)
+
+
+def sparse_rows_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`sparse_rows_attention` (see ``memory.py``): the context,
+    two numbers per query, and the live blocks of scores ``[B, H, rows, N]`` — the block, the
+    previous one's weights and the rows being sorted (2 in a single block, 3 when blocks follow
+    each other); the backward recomputes a block's weights and their gradients (about 4.5 and
+    5.25 blocks) next to the gradients of ``q``, ``k``, ``v``."""
+    z = sizes(call)
+    rows = max(1, min(z.m, ROW_BLOCK_BUDGET // max(1, z.b * z.h * z.n)))
+    block = z.b * z.h * rows * z.n * z.compute
+    several = rows < z.m
+    fixed = feature_bytes(call) + z.context * z.compute + 2 * z.rows * z.compute
+    # 1.5-entmax's threshold keeps more of the sorted row (means, squares) than sparsemax's
+    sorting = 0.3 if several else 0.8
+    forward = fixed + int(((3 if several else 2) + sorting * (divisor(call) == 2.0)) * block)
+    if not backward:
+        return forward
+    grads = (z.queries + z.keys + z.values) * z.compute
+    return max(forward, int(fixed + grads + (5.25 if several else 4.5) * block))
