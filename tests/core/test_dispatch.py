@@ -93,7 +93,7 @@ DECLINES = {
 
 def test_every_backend_but_the_last_can_decline() -> None:
     """The cases below cover every backend that declines anything; ``reference`` takes all."""
-    assert set(DECLINES) | {"chunked", "reference"} == {b.name for b in BACKENDS}
+    assert set(DECLINES) | {"chunked", "reference"} == {b.name for b in BACKENDS.values()}
 
 
 @pytest.mark.parametrize("declining", sorted(DECLINES))
@@ -268,7 +268,7 @@ def test_when_no_backend_fits_one_error_lists_every_reason() -> None:
 
 
 def test_unknown_names_are_refused_with_the_valid_ones() -> None:
-    valid = ", ".join(b.name for b in BACKENDS)
+    valid = ", ".join(b.name for b in BACKENDS.values())
     with pytest.raises(ValueError, match=rf"unknown backend 'flash'; expected one of: {valid}$"):
         ak.backends("tiled", "flash").__enter__()
     with pytest.raises(ValueError, match="needs backend names or a memory_budget"):

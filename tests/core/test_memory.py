@@ -149,8 +149,8 @@ def test_every_backend_is_measured_or_declares_why_not() -> None:
     backward); it is the one backend whose prediction is not measured here."""
     from attnkit.core.engine import BACKENDS
 
-    assert {b.name for b in BACKENDS} == {*CASES, "flex"}
-    assert all(b.memory is not None for b in BACKENDS)
+    assert {b.name for b in BACKENDS.values()} == {*CASES, "flex"}
+    assert all(b.memory is not None for b in BACKENDS.values())
 
 
 # --- the budget ----------------------------------------------------------------------------------

@@ -37,13 +37,16 @@ from attnkit.core.hooks import observed, run_hooked
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.memory import SMALL, default_budget, format_bytes, parse_budget
 from attnkit.core.reference import reference_attention, reference_memory
+from attnkit.core.registry import Registry
 from attnkit.core.scores import Score
 from attnkit.core.sdpa import sdpa_attention, sdpa_memory
 from attnkit.core.sparse_rows import sparse_rows_attention, sparse_rows_limits, sparse_rows_memory
 from attnkit.core.tiled import tiled_attention, tiled_memory
 
-#: the backends in the order the engine tries them: the fastest that can run a call first
-BACKENDS: list[Backend] = [
+#: the backends, registered in the order the engine tries them (the fastest that can run a call
+#: first); a backend registered later (``BACKENDS.register(name)(Backend(...))``) is tried last
+BACKENDS: Registry[Backend] = Registry("backend")
+for _backend in [
     Backend(
         "sdpa",
         "torch.nn.functional.scaled_dot_product_attention (fused kernels)",
@@ -127,17 +130,18 @@ BACKENDS: list[Backend] = [
         memory=reference_memory,
         traceable=True,
     ),
-]
+]:
+    BACKENDS.register(_backend.name)(_backend)
 
 
 def backend_named(name: str) -> Backend:
     """The registered backend called ``name``; ``ValueError`` listing the valid names if none."""
     if not isinstance(name, str):
         raise TypeError(f"a backend is named by a string, got {type(name).__name__}")
-    for backend in BACKENDS:
+    for backend in BACKENDS.values():
         if backend.name == name:
             return backend
-    valid = ", ".join(b.name for b in BACKENDS)
+    valid = ", ".join(BACKENDS.names())
     raise ValueError(f"unknown backend {name!r}; expected one of: {valid}")
 
 
@@ -199,13 +203,13 @@ def backends(*names: str, memory_budget: int | str | None = None) -> Iterator[No
     """
     global _OPEN_SCOPES
     if not names and memory_budget is None:
-        valid = ", ".join(b.name for b in BACKENDS)
+        valid = ", ".join(BACKENDS.names())
         raise ValueError("backends() needs backend names or a memory_budget; backends: " + valid)
     outer = _SCOPE.get() if _OPEN_SCOPES else None
     allowed = None if outer is None else outer.allowed
     if names:
         named = {backend_named(name).name for name in names}
-        allowed = tuple(b for b in BACKENDS if b.name in named)
+        allowed = tuple(b for b in BACKENDS.values() if b.name in named)
     budget = None if outer is None else outer.budget
     if memory_budget is not None:
         budget = parse_budget(memory_budget)
@@ -229,7 +233,7 @@ def allowed_backends(backend: str | None = None) -> tuple[Backend, ...]:
         scope = _SCOPE.get()
         if scope is not None and scope.allowed is not None:
             return scope.allowed
-    return tuple(BACKENDS)
+    return tuple(BACKENDS.values())
 
 
 def memory_budget(call: AttentionCall | None = None) -> int:
@@ -335,7 +339,7 @@ def compute(
 
 def backend_reasons(call: AttentionCall) -> list[tuple[str, list[str]]]:
     """For each backend in order, the reasons it declines ``call`` (empty list = it runs it)."""
-    return [(b.name, b.decline(call) or []) for b in BACKENDS]
+    return [(b.name, b.decline(call) or []) for b in BACKENDS.values()]
 
 
 def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
@@ -382,7 +386,7 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
         f"{call.q.dtype}, score={call.score.registry_name}, align={call.align.registry_name}",
         f"runs on: {chosen.name} — {chosen.description}",
     ]
-    outside = [other.name for other in BACKENDS if other not in candidates]
+    outside = [other.name for other in BACKENDS.values() if other not in candidates]
     if outside:
         lines.append("  not allowed here (backends scope or backend=): " + ", ".join(outside))
     for name, reasons in passed:
