@@ -101,11 +101,23 @@ def test_glove_initialises_the_words_that_have_a_vector(shared_data) -> None:
         expected = torch.from_numpy(vectors[word])
         assert torch.equal(table[task.words.stoi[word]], expected)
     assert task.coverage.total == len(task.words) - 4 and task.coverage.fraction > 0.9
-    random_cfg = config("sst2", shared_data, model=model, max_examples=300)
-    random_task = task_for(random_cfg)
-    random_task.restore({"words": task.words.to_dict()})
-    other = random_task.build_model().embedding.table.weight.detach()
-    assert not torch.equal(other[task.words.stoi["film"]], table[task.words.stoi["film"]])
+
+
+def test_random_word_vectors_are_kims_uniform_draws(shared_data) -> None:
+    model = {"kind": "self_attentive", "embed_dim": 20, "hidden_dim": 4, "hops": 2}
+    tables = []
+    for seed in (0, 0, 1):
+        cfg = config("trec", shared_data, model=model, max_examples=300)
+        task = task_for(cfg.model_copy(update={"seed": seed}))
+        task.fit(task.load()["train"])
+        tables.append(task.build_model().embedding.weight.detach())
+    first, again, other = tables
+    assert first.shape == (len(task.words), 20)
+    assert torch.equal(first[0], torch.zeros(20))  # PAD
+    assert first.abs().max() <= 0.25 and first[1:].abs().max() > 0.24  # U[-0.25, 0.25]
+    assert abs(first[1:].mean().item()) < 0.01
+    assert first[1:].var().item() == pytest.approx(0.25**2 / 3, rel=0.05)
+    assert torch.equal(first, again) and not torch.equal(first, other)  # seeded by the run
 
 
 def test_configuration_checks(shared_data) -> None:

@@ -25,8 +25,9 @@ never one class, MR being sorted by class), ``data.max_length`` cuts each senten
 tokens. The vocabulary is built from the training sentences (``data.min_freq``,
 ``data.max_vocab``).
 
-Embeddings (``data.embeddings``): ``random`` (Kim's "-rand": PyTorch's ``N(0, 1)`` table), or
-``glove``: GloVe 6B 50d from ``glove-6b-50d/`` of the shared data folder through
+Embeddings (``data.embeddings``): ``random`` — Kim's "-rand": every word vector drawn from
+``U[−0.25, 0.25]`` (the range of his code's random vectors, chosen there to match the variance of
+word2vec's), seeded with the run's seed, the ``PAD`` row zero; or ``glove``: GloVe 6B 50d from ``glove-6b-50d/`` of the shared data folder through
 :func:`attnkit.data.glove.embedding_matrix` (each word looked up as written, then lower-cased,
 GloVe 6B being uncased; words without a vector drawn from ``N(0, σ²)`` of the vectors' entries),
 fine-tuned with the model. It needs ``model.embed_dim: 50``. The papers used 300-dimensional
@@ -57,6 +58,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+import torch
 from pydantic import Field
 from torch import Tensor, nn
 
@@ -72,6 +74,7 @@ from attnkit.data.sentence_classification import (
     load_trec,
 )
 from attnkit.data.sst import SST2_LABELS, SST5_LABELS, load_sst
+from attnkit.data.vocabulary import PAD
 from attnkit.models.bilstm_attention_classifier import BiLSTMAttentionClassifier
 from attnkit.models.pretrained_sentence_classifier import PretrainedSentenceClassifier
 from attnkit.models.self_attentive_classifier import SelfAttentiveClassifier
@@ -81,6 +84,8 @@ from attnkit.tasks.base import WordTask, pad_ids
 SHARED_DATA = "../shared/data"
 GLOVE_DIR = "glove-6b-50d"
 GLOVE_DIM = 50
+#: Kim's (2014) random word vectors are drawn from U[-RANDOM_RANGE, RANDOM_RANGE]
+RANDOM_RANGE = 0.25
 #: the fraction of the training sentences held out for early stopping where there is no
 #: validation split (TREC, and each round of MR)
 HELD_OUT = 0.1
@@ -245,17 +250,22 @@ class SentenceBenchmark(WordTask):
         """``{"tokens": [B, L]}``, ``L`` the longest sentence of the batch, ``PAD`` after."""
         return {"tokens": pad_ids([example.tokens for example in examples], self.words)}
 
-    def pretrained_embeddings(self) -> Tensor | None:
-        """The GloVe matrix ``[V, 50]`` of the vocabulary (``data.embeddings: glove``), else
-        ``None``; its random rows are seeded with the run's seed."""
-        if self.config.data.embeddings != "glove":
-            return None
+    def initial_embeddings(self) -> Tensor:
+        """The initial word vectors ``[V, D]`` of the vocabulary, seeded with the run's seed:
+        ``U[−0.25, 0.25]`` (``data.embeddings: random``) or GloVe's (``glove``, ``D`` = 50);
+        the ``PAD`` row is zero."""
+        if self.config.data.embeddings == "random":
+            generator = torch.Generator().manual_seed(self.config.seed)
+            shape = (len(self.words), self.model_config.embed_dim)
+            weight = (torch.rand(shape, generator=generator) * 2 - 1) * RANDOM_RANGE
+            weight[PAD] = 0.0
+            return weight
         vectors = _glove_vectors(str(self.root / GLOVE_DIR))
         weight, self.coverage = embedding_matrix(self.words, vectors, seed=self.config.seed)
         return weight
 
     def build_model(self) -> nn.Module:
-        section, embeddings = self.model_config, self.pretrained_embeddings()
+        section, embeddings = self.model_config, self.initial_embeddings()
         vocab, classes = len(self.words), len(self.classes)
         if section.kind == "self_attentive":
             return SelfAttentiveClassifier(
