@@ -16,6 +16,7 @@ from attnkit.tasks import (  # noqa: F401  (each registers its task)
     movie_reviews,
     planetoid,
     rated_sentences,
+    sentence_benchmarks,
     target_sentiment,
     translation,
     translation_match,
