@@ -251,6 +251,13 @@ class ReproduceSection(_Section):
         default_factory=lambda: ["train.attention=uniform"],
         description="key=value overrides giving the same model with uniform attention",
     )
+    uniform_seeds: int | None = Field(
+        None,
+        ge=1,
+        le=20,
+        description="seeds (runs per value) of the uniform-attention model, at most as many as "
+        "the model's; default: as many",
+    )
     over: ReproduceOver | None = Field(
         None, description="reproduce each value of one key (a table of tasks); see ReproduceOver"
     )

@@ -131,6 +131,12 @@ def run_seed(
     return Seed(seed, _value(config, finished, results), minutes, run_dir, _last_valid(run_dir))
 
 
+def uniform_count(spec: ReproduceSection, count: int) -> int:
+    """Seeds of the uniform-attention model: ``reproduce.uniform_seeds`` (at most ``count``, the
+    model's), else ``count``."""
+    return count if spec.uniform_seeds is None else min(spec.uniform_seeds, count)
+
+
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     if not values:
         return math.nan, math.nan
@@ -176,7 +182,7 @@ def reproduce(
     for variant, variant_config in variants.items():
         directory = root if variant == "attention" else root.with_name(root.name + "-uniform")
         done[variant] = []
-        for seed in range(count):
+        for seed in range(count if variant == "attention" else uniform_count(spec, count)):
             result = run_seed(
                 variant_config, seed, directory / f"seed-{seed}", log=log, quiet=quiet
             )
@@ -295,11 +301,12 @@ def _reproduce_over(
     for variant, variant_overrides in variants.items():
         directory = root if variant == "attention" else root.with_name(root.name + "-uniform")
         done[variant] = []
+        runs = count if variant == "attention" else uniform_count(spec, count)
         for value in over.values:
             value_config = load(name, [*variant_overrides, f"{over.key}={_literal(value)}"])
             value_dir = directory / f"{over.name}-{value}"
             seeds = []
-            for seed in range(count):
+            for seed in range(runs):
                 result = run_seed(
                     value_config, seed, value_dir / f"seed-{seed}", log=log, quiet=quiet
                 )
@@ -369,6 +376,7 @@ def summary_over(
         "uniform_std": round(u_std, 3) if uniform else None,
         "uniform_per_value": {str(v.value): round(v.number, 3) for v in uniform} or None,
         "uniform_failures": _failures(spec, u_numbers) if uniform else None,
+        "uniform_seeds": len(uniform[0].seeds) if uniform else None,
         "chosen_seed": (
             {str(v.value): v.chosen.seed for v in values if v.chosen is not None}
             if spec.select == "best_on_valid"

@@ -199,3 +199,11 @@ def test_quick_reproduction_prints_the_task_table_and_resumes(
     assert {k: v for k, v in again.items() if k != "wall_minutes"} == {
         k: v for k, v in line.items() if k != "wall_minutes"
     }
+
+
+def test_uniform_runs_are_at_most_the_models(data_root: Path) -> None:
+    spec = babi_config(data_root).reproduce
+    assert spec is not None
+    assert reproduce.uniform_count(spec.model_copy(update={"uniform_seeds": None}), 7) == 7
+    assert reproduce.uniform_count(spec.model_copy(update={"uniform_seeds": 3}), 7) == 3
+    assert reproduce.uniform_count(spec.model_copy(update={"uniform_seeds": 3}), 1) == 1

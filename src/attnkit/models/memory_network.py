@@ -19,16 +19,16 @@ Temporal encoding ``T(i)`` is a learned vector per memory slot, slot 0 the most 
 
 Two training devices of §4.2 and §4.1:
 
-* **linear start** (LS, ``linear_start=True``): "the softmax in each memory layer is removed,
-  making the model entirely linear except for the final softmax for answer prediction. When the
-  validation loss stopped decreasing, the softmax layers were re-inserted and training
-  recommenced." Without the softmax a hop reads ``p^k_i = u^k·m_i`` (:class:`Unnormalized`).
+* **linear start** (LS, ``linear_start=True``): training starts with the softmax of each memory
+  layer removed (the model is linear but for the answer's softmax), and the softmaxes are
+  re-inserted once the validation loss stops decreasing. Without the softmax a hop reads
+  ``p^k_i = u^k·m_i`` (:class:`Unnormalized`).
   The training loop reports each validation to :meth:`EndToEndMemoryNetwork.after_validation`;
   :class:`LinearStart` keeps the best validation loss and re-inserts the softmaxes at the first
   validation that does not lower it (``patience`` validations). Its state is buffers of the
   model, so checkpoints carry it and a resumed run switches where the uninterrupted one does.
-* **random noise** (RN, ``temporal_noise=0.1``): "at training time we can randomly add 10 % of
-  empty memories to the stories", to regularise ``T_A``. The empty memories are realised as
+* **random noise** (RN, ``temporal_noise=0.1``): in training, up to 10 % of empty memories are
+  added to each story at random, to regularise ``T_A``. The empty memories are realised as
   unused temporal slots: a story of ``n`` memories draws ``n_0`` uniform in
   ``{0, …, ⌈0.1 n⌉}`` and its memories take ``n`` random slots of ``0 … n + n_0 − 1`` in their
   order (newest first), so ``T(i)`` no longer says exactly how many sentences ago a memory was
@@ -113,9 +113,8 @@ class Unnormalized(Align):
 
 
 class LinearStart(nn.Module):
-    """When linear start re-inserts the softmaxes: at the first validation (after ``patience``
-    of them) whose loss is not below the best seen (MemN2N §4.2, "when the validation loss
-    stopped decreasing").
+    """When linear start re-inserts the softmaxes: at the ``patience``-th validation whose loss
+    is not below the best seen (MemN2N §4.2: once the validation loss stops decreasing).
 
     The state is three buffers (``active``, ``best_loss``, ``waited``), saved with the model.
 

@@ -12,10 +12,10 @@ An example's memory is the statements of its story before the question, at most
 ``i+1``-th most recent sentence, what the temporal encoding ``T(i)`` indexes).
 
 Answers: the classes are the task's answer strings, each one output of the final softmax. Tasks
-8 (lists) and 19 (path finding) answer with comma lists (``"apple,milk"``, ``"n,w"``); as in the
-paper ("for the tasks where the output is a list, we take each possible combination of possible
-outputs and record them as a separate answer vocabulary word"), each whole list is one class and
-one vocabulary word, whose output row ``W`` is the tied embedding ``C^K`` of that word. The
+8 (lists) and 19 (path finding) answer with comma lists (``"apple,milk"``, ``"n,w"``); as the
+paper does for its list answers (each combination of outputs is recorded as an answer word of its
+own), each whole list is one class and one vocabulary word, whose output row ``W`` is the tied
+embedding ``C^K`` of that word. The
 classes are collected from all three splits: task 7's answer "three" and task 8's
 "football,apple,milk" occur in the held-out or test questions only, and a class the softmax does
 not have could never be answered (the paper's softmax is over the whole vocabulary). The
