@@ -94,6 +94,28 @@ def test_question_embedding_is_the_papers_position_encoding_in_float64(dim: int)
     assert paper_position_encoding(1, 4) == [[0.25, 0.5, 0.75, 1.0]]
 
 
+def test_position_scale_multiplies_the_papers_encoding() -> None:
+    # the authors' implementation: 1 + 4(k - (d+1)/2)(j - (J+1)/2)/(dJ), about twice l_kj
+    big_j, dim = 6, 20
+    paper = torch.tensor(paper_position_encoding(big_j, dim), dtype=torch.float64)
+    j = torch.arange(1, big_j + 1, dtype=torch.float64)[:, None]
+    k = torch.arange(1, dim + 1, dtype=torch.float64)
+    authors = 1 + 4 * (k - (dim + 1) / 2) * (j - (big_j + 1) / 2) / (dim * big_j)
+    # twice the paper's, but for the half-word, half-dimension shifts of the centre
+    shift = (1 - 2 * (j - big_j / 2) - 2 * (k - dim / 2)) / (dim * big_j)
+    torch.testing.assert_close(authors, 2 * paper + shift)
+    torch.manual_seed(0)
+    once = EndToEndMemoryNetwork(10, ANSWERS, embed_dim=dim, hops=1, memory_size=4).double()
+    torch.manual_seed(0)
+    twice = EndToEndMemoryNetwork(
+        10, ANSWERS, embed_dim=dim, hops=1, memory_size=4, position_scale=2.0
+    ).double()
+    u1 = once.read(MEMORIES, MASK, QUESTION).states[:, 0]
+    torch.testing.assert_close(twice.read(MEMORIES, MASK, QUESTION).states[:, 0], 2 * u1)
+    with pytest.raises(ValueError, match="position_scale"):
+        EndToEndMemoryNetwork(10, ANSWERS, position_scale=0.0)
+
+
 def test_linear_start_has_no_softmax_until_the_validation_loss_stops_decreasing() -> None:
     model = net(linear_start=True).double()
     assert model.linear

@@ -73,9 +73,10 @@ def test_memories_are_the_50_newest_sentences_newest_first(data_root: Path) -> N
     words = task.words
     newest = [words.itos[i] for i in batch["memories"][0, 0].tolist() if i]
     oldest_kept = [words.itos[i] for i in batch["memories"][0, 49].tolist() if i]
-    assert newest == list(long.story[-1]) and oldest_kept == list(long.story[-50])
+    assert newest == list(long.story[-1][:-1]) and oldest_kept == list(long.story[-50][:-1])
+    assert long.story[-1][-1] == "." and short.question[-1] == "?"  # punctuation is dropped
     question = [words.itos[i] for i in batch["question"][1].tolist() if i]
-    assert question == list(short.question)
+    assert question == list(short.question[:-1])
 
 
 def test_config_refuses_what_the_model_cannot_do(data_root: Path) -> None:

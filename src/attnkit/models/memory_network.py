@@ -17,6 +17,14 @@ the vocabulary of answers. Sentence embeddings are a bag of words (``l_j = 1``) 
 encoding ``l_kj = (1 - j/J) - (k/d)(1 - 2j/J)`` (§4.1; ``J`` words, ``d`` dimensions, 1-based).
 Temporal encoding ``T(i)`` is a learned vector per memory slot, slot 0 the most recent sentence.
 
+The authors' implementation weighs word ``j`` of ``J`` (``J`` the padded sentence length) in
+dimension ``k`` by ``1 + 4 (k − (d+1)/2)(j − (J+1)/2) / (dJ)``, which is twice the paper's
+``l_kj`` up to the ``+1`` in ``(d+1)/2`` and ``(J+1)/2``: ``l_kj = ½ (1 + 4 (k − d/2)(j − J/2) /
+(dJ))``. ``position_scale=2`` gives that scale with the paper's formula. It is not cosmetic: the
+sentence vectors are twice as long at initialisation and every update of the embeddings moves
+them twice as far (in our runs of bAbI task 16 with linear start: 53 % against 0.5 % test
+error).
+
 Two training devices of §4.2 and §4.1:
 
 * **linear start** (LS, ``linear_start=True``): training starts with the softmax of each memory
@@ -236,6 +244,8 @@ class EndToEndMemoryNetwork(nn.Module):
         hops: ``K``.
         memory_size: ``M``, slots of temporal encoding (the most recent ``M`` sentences).
         sentence_encoding: ``"bag_of_words"`` or ``"position"``.
+        position_scale: multiplies the position encoding ``l_kj`` (1: the paper's formula; 2:
+            the scale of the authors' implementation, see the module docstring).
         temporal_encoding: add the learned ``T_A(i)``, ``T_C(i)``.
         dropout: on the attention weights, in training mode only.
         init_std: std of the normal initialisation of the embeddings (the paper: 0.1).
@@ -262,6 +272,7 @@ class EndToEndMemoryNetwork(nn.Module):
         hops: int = 3,
         memory_size: int = 50,
         sentence_encoding: SentenceEncoding = "position",
+        position_scale: float = 1.0,
         temporal_encoding: bool = True,
         dropout: float = 0.0,
         init_std: float = 0.1,
@@ -289,6 +300,9 @@ class EndToEndMemoryNetwork(nn.Module):
             )
         if answer_ids.min() < 1 or answer_ids.max() >= vocab_size:
             raise ValueError(f"answer_ids must be vocabulary ids in [1, {vocab_size})")
+        if not position_scale > 0:
+            raise ValueError(f"position_scale must be positive, got {position_scale!r}")
+        self.position_scale = position_scale
         if not 0.0 <= temporal_noise < 1.0:
             raise ValueError(f"temporal_noise must be in [0, 1), got {temporal_noise!r}")
         if temporal_noise and not temporal_encoding:
@@ -321,7 +335,8 @@ class EndToEndMemoryNetwork(nn.Module):
         if self.sentence_encoding != "position":
             return None
         dtype = self.embeddings[0].weight.dtype
-        return position_encoding((words != 0).sum(-1), words.shape[-1], self.embed_dim, dtype)
+        encoding = position_encoding((words != 0).sum(-1), words.shape[-1], self.embed_dim, dtype)
+        return encoding if self.position_scale == 1 else self.position_scale * encoding
 
     def _embed(self, table: int, words: Tensor, encoding: Tensor | None) -> Tensor:
         """``Σ_j l_j ∘ E x_j`` of sentences ``words [..., L]`` with embedding ``table``,

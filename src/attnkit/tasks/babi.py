@@ -7,7 +7,8 @@ training questions are held out for validation, drawn with ``data.valid_seed`` (
 every run seed, so the runs of a task are compared on one validation set); the test file is
 whole.
 
-An example's memory is the statements of its story before the question, at most
+An example's memory is the statements of its story before the question (their words, without
+the full stop and question mark), at most
 ``model.memory_size`` of the most recent (the paper: 50), newest first (slot ``i`` = the
 ``i+1``-th most recent sentence, what the temporal encoding ``T(i)`` indexes).
 
@@ -55,6 +56,13 @@ SHARED_DATA = "../shared/data"
 HEATMAPS = 1
 
 
+def sentence_words(tokens: Sequence[str]) -> list[str]:
+    """The words of a sentence without its punctuation (``"."``, ``"?"``): the memory network
+    reads words, and a full stop would add one constant vector to every sentence and shift its
+    position encoding (``J`` counts words)."""
+    return [t for t in tokens if t[0].isalnum()]
+
+
 class BabiData(DataConfig):
     """Which bAbI task, and which training questions are held out for validation."""
 
@@ -67,6 +75,12 @@ class BabiData(DataConfig):
 class BabiMemoryNetworkConfig(MemoryNetworkModelConfig):
     """End-to-end memory network (Sukhbaatar et al. 2015): multi-hop attention over memories."""
 
+    position_scale: float = Field(
+        1.0,
+        gt=0.0,
+        description="multiplies the position encoding: 1 is the paper's formula, 2 the scale "
+        "of the authors' implementation",
+    )
     linear_start: bool = Field(
         False,
         description="LS: train without the hops' softmaxes until the validation loss "
@@ -149,7 +163,7 @@ class Babi(Task):
     def fit(self, train: Sequence[Any]) -> dict[str, Any]:
         answers = sorted({e.answer for split in self.splits().values() for e in split})
         data = self.config.data
-        sentences = (list(s) for e in train for s in (*e.story, e.question))
+        sentences = (sentence_words(s) for e in train for s in (*e.story, e.question))
         words = Vocabulary.build(sentences, data.min_freq, data.max_vocab)
         # each answer is a word of its own, the row of the final softmax (lists included)
         words = Vocabulary([*words.itos, *(a for a in answers if a not in words)])
@@ -171,12 +185,16 @@ class Babi(Task):
         cached = self._encoded.get(id(example))
         if cached is not None and cached[0] is example:
             return cached[1], cached[2]
-        story = list(reversed(example.story[-self.model_config.memory_size :]))
+        story = [
+            sentence_words(s) for s in reversed(example.story[-self.model_config.memory_size :])
+        ]
         length = max(1, max((len(s) for s in story), default=1))
         memories = torch.full((len(story), length), PAD, dtype=torch.long)
         for i, sentence in enumerate(story):
-            memories[i, : len(sentence)] = torch.tensor(self.words.encode(list(sentence)))
-        question = torch.tensor(self.words.encode(list(example.question)), dtype=torch.long)
+            memories[i, : len(sentence)] = torch.tensor(self.words.encode(sentence))
+        question = torch.tensor(
+            self.words.encode(sentence_words(example.question)), dtype=torch.long
+        )
         self._encoded[id(example)] = (example, memories, question)
         return memories, question
 
@@ -204,6 +222,7 @@ class Babi(Task):
             hops=section.hops,
             memory_size=section.memory_size,
             sentence_encoding=section.sentence_encoding,
+            position_scale=section.position_scale,
             temporal_encoding=section.temporal_encoding,
             dropout=section.dropout,
             linear_start=section.linear_start,
