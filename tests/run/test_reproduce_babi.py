@@ -89,7 +89,12 @@ def test_config_refuses_what_the_model_cannot_do(data_root: Path) -> None:
 
 
 def test_each_validation_reaches_the_model_and_switches_linear_start(data_root: Path) -> None:
-    config = babi_config(data_root, "data.max_examples=64", "data.max_eval_examples=40")
+    config = babi_config(
+        data_root,
+        "data.max_examples=64",
+        "data.max_eval_examples=40",
+        "model.linear_start_patience=1",
+    )
     job = ClassificationJob(config)
     job.learnt()
     torch.manual_seed(0)
