@@ -83,8 +83,8 @@ class Seed:
     value: float
     minutes: float
     run_dir: Path
-    seconds_per_step: float = math.nan
     valid: dict[str, float] | None = None
+    seconds_per_step: float = math.nan
 
 
 def _value(config: RunConfig, results: dict[str, Any], source: Path) -> float:
@@ -132,9 +132,8 @@ def run_seed(
     minutes = float(finished.get("train_seconds", 0.0)) / 60.0
     steps = [m["seconds"] for m in read_metrics(run_dir) if m.get("split") == "train"]
     per_step = statistics.median(steps) if steps else math.nan
-    return Seed(
-        seed, _value(config, finished, results), minutes, run_dir, per_step, _last_valid(run_dir)
-    )
+    value = _value(config, finished, results)
+    return Seed(seed, value, minutes, run_dir, _last_valid(run_dir), per_step)
 
 
 def run_peer(config: RunConfig, seed: int, path: Path, log: Log) -> dict[str, Any] | None:
