@@ -131,13 +131,16 @@ class Backend:
         half = call.q.dtype in (torch.float16, torch.bfloat16)
         if not self.half_float_mask and half and call.bias is not None:
             why.append("a float mask with half-precision inputs would be added in half precision")
-        if not self.nonfinite and not call.finite:
+        tracing = torch.compiler.is_compiling()
+        if not self.nonfinite and not call.finite and not tracing:
             why.append("an input holds NaN or an infinity (it defines no result for them)")
+        elif not self.nonfinite and self.traceable and tracing:  # no values to rule them out
+            why.append("while tracing, NaN or an infinity in the inputs cannot be ruled out")
         if call.q.dtype not in self.dtypes:
             why.append(f"dtype {call.q.dtype} is not supported")
         if self.devices is not None and call.q.device.type not in self.devices:
             why.append(f"device {call.q.device.type!r} is not supported")
-        if not self.traceable and torch.compiler.is_compiling():
+        if not self.traceable and tracing:
             why.append("torch.compile is tracing (this backend branches on tensor values)")
         if not self.gradients and needs_gradients(call):
             why.append(
