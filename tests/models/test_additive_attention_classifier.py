@@ -167,3 +167,17 @@ def test_bad_input_names_what_was_expected() -> None:
         model(TOKENS, question=QUESTION)
     with pytest.raises(ValueError, match="needs a question"):
         make("average", question=True)(TOKENS)
+
+
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_encode_then_decode_returns_the_attention_in_the_graph(encoder: str) -> None:
+    model = make(encoder)
+    mask = TOKENS != 0
+    states, query = model.encode(model.embed(TOKENS), mask)
+    logits, alpha = model.decode(states, mask, query, return_attention=True)
+    alphas, expected = reference(model, TOKENS)
+    torch.testing.assert_close(logits, expected)
+    for i, a in enumerate(alphas):
+        torch.testing.assert_close(alpha[i, : len(a)], a)
+    alpha[:, 0].sum().backward()  # the weights are differentiable (adversarial training)
+    assert model.attention.score.out.weight.grad.abs().sum() > 0

@@ -120,6 +120,49 @@ def test_random_word_vectors_are_kims_uniform_draws(shared_data) -> None:
     assert torch.equal(first, again) and not torch.equal(first, other)  # seeded by the run
 
 
+@pytest.mark.parametrize(
+    ("kind", "sizes"),
+    [
+        ("self_attentive", {"hidden_dim": 4, "attention_hidden": 5, "hops": 3, "mlp_hidden": 6}),
+        ("multi_dimensional", {"hidden_dim": 4}),
+        ("capsule", {"hidden_dim": 4}),
+        ("bilstm_attention", {"hidden_dim": 4, "attention_hidden": 5}),
+    ],
+)
+def test_every_kind_trains_and_its_attention_is_recorded(shared_data, kind, sizes) -> None:
+    from attnkit.interpret import record
+    from attnkit.tasks.trainer import objective
+
+    cfg = config("trec", shared_data, model={"kind": kind, "embed_dim": 8, **sizes})
+    task = task_for(cfg.model_copy(update={"seed": 0}))
+    loaded = task.load()
+    task.fit(loaded["train"][:200])
+    batch = loaded["test"][:5]
+    inputs = task.collate(batch)
+    labels = torch.tensor([task.label(e) for e in batch])
+    model = task.build_model()
+    loss = objective(model, inputs, labels)
+    loss.backward()
+    table = (
+        model.embedding
+        if isinstance(model.embedding, torch.nn.Embedding)
+        else model.embedding.table
+    )
+    assert loss.isfinite() and table.weight.grad[inputs["tokens"][0, 0]].abs().sum() > 0
+    model.eval()
+    with torch.no_grad(), record(model) as recorded:
+        logits = model(**inputs)
+    assert logits.shape == (5, 6)
+    (weights,) = [recorded[name] for name in recorded.keys()]  # one attention, via the engine
+    lengths = (inputs["tokens"] != 0).sum(-1)
+    # [B, 1, M, L] (or [B, 1, 1, L, d] multi-dimensional): distributions over the real words
+    over_words = weights if weights.dim() == 4 else weights.movedim(-1, -2)
+    totals = over_words.sum(-1)
+    assert torch.allclose(totals, torch.ones_like(totals), atol=1e-5)
+    for b, length in enumerate(lengths.tolist()):
+        assert torch.all(over_words[b, ..., length:] == 0)
+
+
 def test_configuration_checks(shared_data) -> None:
     with pytest.raises(ConfigError, match=r"data\.embeddings: glove .* needs model\.embed_dim: 50"):
         config("trec", shared_data, embeddings="glove")  # the section's default embed_dim is 100

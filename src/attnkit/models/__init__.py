@@ -2,8 +2,7 @@
 
 - :class:`RNNSeq2Seq`: GRU encoder–decoders of Bahdanau et al. (2015) and Luong et al. (2015);
 - :class:`TransformerSeq2Seq`: the Transformer of Vaswani et al. (2017);
-- sentence classifiers: :class:`SelfAttentiveClassifier` (Lin et al. 2017),
-  :class:`BiLSTMAttentionClassifier` (Jain & Wallace 2019) and
+- sentence classifiers: :class:`SelfAttentiveClassifier` (Lin et al. 2017) and
   :class:`PretrainedSentenceClassifier` (the capsule and multi-dimensional heads of
   :mod:`attnkit.models.sentence_classifier`), each initialisable from pretrained word vectors.
 
@@ -12,7 +11,6 @@ The translation models take integer ids (PAD=0, BOS=2, EOS=3 by default), return
 ``translate``.
 """
 
-from attnkit.models.bilstm_attention_classifier import BiLSTMAttentionClassifier
 from attnkit.models.outputs import Seq2SeqOutput, Translation
 from attnkit.models.pretrained_sentence_classifier import PretrainedSentenceClassifier
 from attnkit.models.rnn_seq2seq import RNNSeq2Seq
@@ -20,7 +18,6 @@ from attnkit.models.self_attentive_classifier import SelfAttentiveClassifier
 from attnkit.models.transformer_seq2seq import TransformerSeq2Seq
 
 __all__ = [
-    "BiLSTMAttentionClassifier",
     "PretrainedSentenceClassifier",
     "RNNSeq2Seq",
     "SelfAttentiveClassifier",

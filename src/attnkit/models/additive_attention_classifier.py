@@ -215,17 +215,14 @@ class AdditiveAttentionClassifier(nn.Module):
         """``x [B, L, d_e]`` of ``tokens [B, L]`` (before dropout)."""
         return self.embedding(_check_tokens("tokens", tokens))
 
-    def classify(
-        self,
-        embedded: Tensor,
-        mask: Tensor,
-        question: Tensor | None = None,
-    ) -> Tensor:
-        """Logits ``[B, C]`` from given embeddings ``[B, L, d_e]`` and the bool token mask
-        ``[B, L]`` (gradients with respect to the embeddings: Jain & Wallace's importance).
+    def encode(
+        self, embedded: Tensor, mask: Tensor, question: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The encoder's states ``h`` ``[B, L, d]`` (zero at padding) and the attention's query
+        ``[B, d]`` (the learned ``q``, or the question's summary ``Q``).
 
         Args:
-            embedded: ``x`` ``[B, L, d_e]``.
+            embedded: ``x`` ``[B, L, d_e]`` (e.g. :meth:`embed`, or a leaf for gradients).
             mask: bool ``[B, L]``, True at real tokens.
             question: long ``[B, L_q]`` for the question-answering variant.
         """
@@ -236,17 +233,39 @@ class AdditiveAttentionClassifier(nn.Module):
         states = self.encoder(self.dropout(embedded), mask)  # h_t
         if self.question_encoder is None:
             assert self.query is not None
-            query = self.query.to(states.dtype).expand(states.shape[0], -1)
-        else:
-            assert question is not None
-            q_tokens = _check_tokens("question", question)
-            q_mask = q_tokens != PAD
-            q_states = self.question_encoder(self.dropout(self.embedding(q_tokens)), q_mask)
-            query = self.question_encoder.summary(q_states, q_mask)  # Q
-        pooled = self.attention(query, states, mask).context  # h_α [B, d]
+            return states, self.query.to(states.dtype).expand(states.shape[0], -1)
+        assert question is not None
+        q_tokens = _check_tokens("question", question)
+        q_mask = q_tokens != PAD
+        q_states = self.question_encoder(self.dropout(self.embedding(q_tokens)), q_mask)
+        return states, self.question_encoder.summary(q_states, q_mask)  # Q
+
+    def decode(
+        self, states: Tensor, mask: Tensor, query: Tensor, *, return_attention: bool = False
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Attention over the encoder's states and the decoder: logits ``[B, C]`` (and the
+        attention ``α`` ``[B, L]`` with ``return_attention``, in the autograd graph).
+
+        The states do not depend on the attention, so analyses that change only ``α``
+        (permutations, adversarial search) can encode once and decode many times.
+        """
+        out = self.attention(query, states, mask, return_weights=return_attention)
+        pooled = out.context  # h_α [B, d]
         if self.question_encoder is not None:
             pooled = torch.tanh(self.passage_proj(pooled) + self.question_proj(query))
-        return self.decoder(pooled)
+        logits = self.decoder(pooled)
+        if return_attention:
+            assert out.weights is not None
+            return logits, out.weights
+        return logits
+
+    def classify(self, embedded: Tensor, mask: Tensor, question: Tensor | None = None) -> Tensor:
+        """Logits ``[B, C]`` from given embeddings ``[B, L, d_e]`` and the bool token mask
+        ``[B, L]`` (gradients with respect to the embeddings: Jain & Wallace's importance)."""
+        states, query = self.encode(embedded, mask, question)
+        logits = self.decode(states, mask, query)
+        assert isinstance(logits, Tensor)
+        return logits
 
     def forward(self, tokens: Tensor, question: Tensor | None = None) -> Tensor:
         """Logits ``[B, C]`` of ``tokens [B, L]`` (and ``question [B, L_q]`` for QA)."""

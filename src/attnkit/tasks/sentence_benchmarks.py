@@ -44,8 +44,8 @@ Models (``model.kind``):
   class); their code's default encoder is a two-layer unidirectional LSTM with dropout on each
   capsule's representation, which this head has not;
 * ``bilstm_attention`` — BiLSTM with additive (tanh) attention pooling, the classifier of Jain &
-  Wallace (2019)
-  (:class:`~attnkit.models.bilstm_attention_classifier.BiLSTMAttentionClassifier`).
+  Wallace (2019) (:class:`~attnkit.models.additive_attention_classifier.AdditiveAttentionClassifier`
+  with its ``"lstm"`` encoder; dropout on the word vectors only).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from attnkit.data.sentence_classification import (
 )
 from attnkit.data.sst import SST2_LABELS, SST5_LABELS, load_sst
 from attnkit.data.vocabulary import PAD
-from attnkit.models.bilstm_attention_classifier import BiLSTMAttentionClassifier
+from attnkit.models.additive_attention_classifier import AdditiveAttentionClassifier
 from attnkit.models.pretrained_sentence_classifier import PretrainedSentenceClassifier
 from attnkit.models.self_attentive_classifier import SelfAttentiveClassifier
 from attnkit.tasks.base import WordTask, pad_ids
@@ -290,12 +290,13 @@ class SentenceBenchmark(WordTask):
                 dropout=section.dropout,
                 embeddings=embeddings,
             )
-        return BiLSTMAttentionClassifier(
+        return AdditiveAttentionClassifier(
             vocab,
             classes,
+            encoder="lstm",
             embed_dim=section.embed_dim,
             hidden_dim=section.hidden_dim,
-            attention_hidden=section.attention_hidden,
+            attention_dim=section.attention_hidden,
             dropout=section.dropout,
             embeddings=embeddings,
         )
