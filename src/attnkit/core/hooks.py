@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from torch import nn
 
 from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.checks import checked_output
 
 if TYPE_CHECKING:
     from attnkit.core.engine import Backend
@@ -298,7 +299,7 @@ def _bind(hook: AttentionHook, name: str | None, inner: _Runner) -> _Runner:
             # autograd graph) holds for the calls this hook makes too
             return inner(c2, backend2 if backend2 is not None else backend)
 
-        return hook(c, name, _Runner(forward, inner.chosen))
+        return checked_output(hook(c, name, _Runner(forward, inner.chosen)), hook)
 
     return _Runner(run, inner.chosen)
 
