@@ -53,6 +53,7 @@ from torch import Tensor, nn
 from attnkit.core.backend import Declined
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.captured import reads_tensors_requiring_grad
+from attnkit.core.checks import check_score_mod
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.reference import score_features
@@ -310,6 +311,8 @@ def flex_attention_forward(call: AttentionCall) -> AttentionOutput | Declined:
     if _activation(call.score) is not None or scale is None:
         scale = 1.0  # the activated score scales after its activation (in the score_mod)
     mask_mod = kernel_mask_mod(call)
+    if call.score_mod is not None:  # inside the kernel a wrong result is traced, not refused
+        check_score_mod(call.score_mod, call.q, call.shape)
     try:
         context = compiled_flex()(
             q.to(call.v.dtype),

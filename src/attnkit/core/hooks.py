@@ -48,6 +48,7 @@ from torch import nn
 
 from attnkit.core.backend import Backend
 from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.checks import checked_output
 
 #: which modules a scope watches: ``None`` (all), names / ``fnmatch`` patterns of
 #: ``model.named_modules()``, or a predicate ``fn(name, module) -> bool``.
@@ -327,7 +328,7 @@ def _bind(hook: AttentionHook, name: str | None, inner: _Runner) -> _Runner:
             # autograd graph) holds for the calls this hook makes too
             return inner(c2, backend2 if backend2 is not None else backend)
 
-        return hook(c, name, _Runner(forward, inner.choice))
+        return checked_output(hook(c, name, _Runner(forward, inner.choice)), hook)
 
     return _Runner(run, inner.choice)
 

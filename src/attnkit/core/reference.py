@@ -19,6 +19,7 @@ from torch import Tensor
 
 from attnkit.core.align import Softmax
 from attnkit.core.call import AttentionCall, AttentionOutput, compute_dtype, known_values
+from attnkit.core.checks import checked_scores
 from attnkit.core.masks import index_grids
 from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.summary import summarize
@@ -56,7 +57,8 @@ def call_scores(
         e = e + (bias.unsqueeze(-1) if multi else bias).to(e.dtype)
     if call.score_mod is not None:
         b, h = call.shape[:2]
-        e = call.score_mod(e, *index_grids(b, h, m, n, qf.device, int(multi), q_offset, kv_offset))
+        grids = index_grids(b, h, m, n, qf.device, int(multi), q_offset, kv_offset)
+        e = checked_scores(call.score_mod(e, *grids), e, call.shape)
     return e
 
 
