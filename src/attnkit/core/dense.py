@@ -69,10 +69,10 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     """Run ``call`` (softmax over dot-product scores) materialised once (see the module docstring).
 
     Args:
-        call: a prepared call: ``q [B, H, M, d_q]``, ``k [B, H, N, d_k]``, ``v [B, H, N, d_v]``.
+        call: a prepared call: ``q [B, H, M, D]``, ``k [B, H, N, D]``, ``v [B, H, N, Dv]``.
 
     Returns:
-        :class:`AttentionOutput` with ``context [B, H, M, d_v]`` and, if asked for, ``weights
+        :class:`AttentionOutput` with ``context [B, H, M, Dv]`` and, if asked for, ``weights
         [B, H, M, N]``, ``lse [B, H, M]`` and ``summary``.
     """
     qf, kf = score_features(call, call.q, call.k)  # e.g. W q of the general score, under autograd
@@ -81,26 +81,16 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     v = call.v.to(qf.dtype)
     inputs = (qf, kf, v) if call.bias is None else (qf, kf, v, call.bias)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
-    s = batched_gemm(qf, kf.transpose(-1, -2), scale)  # [B, H, M, N]: the weights' buffer
-    if call.bias is not None:
-        s += call.bias.to(s.dtype)  # in place: add's backward does not need s
-    mask = call.full_mask()
-    keyless = None
-    if mask is not None:
-        s.masked_fill_(~mask, float("-inf"))
-        # A row with no admissible key would be softmax(-inf, ..., -inf) = NaN; attnkit defines
-        # it as zero weights, so such rows (rare: a read of the bool mask finds them) are set to
-        # a finite constant first and zeroed after.
-        keyless = ~mask.any(-1, keepdim=True)
-        if possibly(keyless):
-            s.masked_fill_(keyless, 0.0)
-        else:
-            keyless = None
-    lse = None
-    if call.return_lse:  # one more read of the scores, only when asked
-        lse = torch.logsumexp(s, -1)
-        if keyless is not None:
-            lse = lse.masked_fill(keyless.squeeze(-1), float("-inf"))
+    if grad and _one_buffer(call):
+        context, a, lse = _SoftmaxAttention.apply(
+            qf, kf, v, scale, call.bias, call.full_mask(), call.return_lse
+        )
+        return AttentionOutput(
+            context=context.to(call.q.dtype),
+            weights=a.to(call.q.dtype) if call.return_weights else None,
+            lse=lse,
+        )
+    s, keyless, lse = _scores(qf, kf, scale, call.bias, call.full_mask(), call.return_lse)
     # Without autograd, softmax overwrites the scores: the weights are the only M×N tensor.
     a = torch.softmax(s, -1) if grad else torch.softmax(s, -1, out=s)
     if keyless is not None:
@@ -116,12 +106,125 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     )
 
 
+def _one_buffer(call: AttentionCall) -> bool:
+    """Whether a differentiated call keeps one ``[B, H, M, N]`` tensor (:class:`_SoftmaxAttention`):
+    no dropout (its mask would be a second one), no float mask that needs a gradient (that
+    gradient is a second one) and no summary (computed from the weights under autograd)."""
+    learned_bias = call.bias is not None and call.bias.requires_grad
+    return call.dropout == 0 and not learned_bias and call.summary is None
+
+
+def _scores(
+    qf: Tensor, kf: Tensor, scale: float, bias: Tensor | None, mask: Tensor | None, lse: bool
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """The scores ``s = scale · q' k'ᵀ + bias [B, H, M, N]`` with inadmissible keys at ``-inf``
+    (eq. 2), the bool ``keyless [.., M, 1]`` of rows with no admissible key (``None`` if there
+    are none; their scores are set to 0 so softmax stays finite, and the caller zeroes their
+    weights), and ``logsumexp(s) [B, H, M]`` when ``lse``."""
+    s = batched_gemm(qf, kf.transpose(-1, -2), scale)  # [B, H, M, N]: the weights' buffer
+    if bias is not None:
+        s += bias.to(s.dtype)  # in place: add's backward does not need s
+    keyless = None
+    if mask is not None:
+        s.masked_fill_(~mask, float("-inf"))
+        # A row with no admissible key would be softmax(-inf, ..., -inf) = NaN; attnkit defines
+        # it as zero weights, so such rows (rare: a read of the bool mask finds them) are set to
+        # a finite constant first and zeroed after.
+        keyless = ~mask.any(-1, keepdim=True)
+        if possibly(keyless):
+            s.masked_fill_(keyless, 0.0)
+        else:
+            keyless = None
+    log_sum = None
+    if lse:  # one more read of the scores, only when asked
+        log_sum = torch.logsumexp(s, -1)
+        if keyless is not None:
+            log_sum = log_sum.masked_fill(keyless.squeeze(-1), float("-inf"))
+    return s, keyless, log_sum
+
+
+#: bytes of the ``[c, M, N]`` temporaries of one step of :class:`_SoftmaxAttention`'s backward
+BACKWARD_BLOCK = 64 << 20
+
+
+class _SoftmaxAttention(torch.autograd.Function):
+    """``c = softmax(scale · q' k'ᵀ + bias) v`` (eq. 2-4) keeping one ``[B, H, M, N]`` tensor.
+
+    Autograd through the plain formula holds the scores, the weights, their gradient and the
+    scores' gradient, four ``[B, H, M, N]`` tensors at the backward's peak. Here the forward
+    writes the weights over the scores, and the backward reads them in blocks of heads, so its
+    temporaries stay within :data:`BACKWARD_BLOCK` whatever ``H·M·N``. Per block, with ``δc``
+    the context's gradient, ``δa`` the weights' (if they were used) and ``δl`` the lse's::
+
+        δv = aᵀ δc
+        δa' = δc vᵀ + δa
+        δs = a ∘ (δa' − Σ_j a_j δa'_j + δl)   # softmax's and logsumexp's Jacobians
+        δq' = scale · δs k'        δk' = scale · δs ᵀ q'
+
+    ``Σ_j a_j δa'_j`` is ``Σ_d δc_d c_d`` when the weights get no gradient (``c = a v``): an
+    ``[M, Dv]`` product instead of an ``[M, N]`` one. The same products and the same number of
+    ``[M, N]`` passes as autograd's, so no time is lost.
+    """
+
+    @staticmethod
+    def forward(ctx, qf, kf, v, scale, bias, mask, return_lse):  # type: ignore[no-untyped-def, override]
+        s, keyless, lse = _scores(qf, kf, scale, bias, mask, return_lse)
+        a = torch.softmax(s, -1, out=s)  # in place: the weights are the scores' buffer
+        if keyless is not None:
+            a.masked_fill_(keyless, 0.0)
+        context = batched_gemm(a, v)  # eq. (4)
+        ctx.save_for_backward(qf, kf, v, a, context)
+        ctx.scale = scale
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None
+        return context, a, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_context, d_weights, d_lse):  # type: ignore[no-untyped-def, override]
+        qf, kf, v, a, context = ctx.saved_tensors
+        b, h, m, n = a.shape
+        need_q, need_k, need_v = ctx.needs_input_grad[:3]
+        # gradients in the broadcast shape [B, H, ..]; autograd sums them to each input's shape
+        qf, kf, v = (t.expand(b, h, *t.shape[-2:]) for t in (qf, kf, v))
+        dq = qf.new_zeros(qf.shape) if need_q else None
+        dk = kf.new_zeros(kf.shape) if need_k else None
+        dv = v.new_zeros(v.shape) if need_v else None
+        if d_context is None:
+            d_context = context.new_zeros(context.shape)
+        heads = max(1, min(h, BACKWARD_BLOCK // max(1, m * n * a.element_size())))
+        for i in range(b):
+            for h0 in range(0, h, heads):
+                at = (i, slice(h0, h0 + heads))
+                ai, dci = a[at], d_context[at]
+                if dv is not None:
+                    torch.matmul(ai.transpose(-1, -2), dci, out=dv[at])
+                if dq is None and dk is None:
+                    continue
+                ds = dci @ v[at].transpose(-1, -2)  # δa' [c, M, N]
+                if d_weights is not None:
+                    ds += d_weights.expand(b, h, m, n)[at]
+                    row = (ai * ds).sum(-1, keepdim=True)
+                else:
+                    row = (dci * context[at]).sum(-1, keepdim=True)
+                ds.sub_(row)
+                if d_lse is not None:
+                    ds.add_(d_lse.expand(b, h, m)[at].unsqueeze(-1))
+                ds.mul_(ai)  # δs
+                if dq is not None:
+                    torch.matmul(ds, kf[at], out=dq[at]).mul_(ctx.scale)
+                if dk is not None:
+                    torch.matmul(ds.transpose(-1, -2), qf[at], out=dk[at]).mul_(ctx.scale)
+        return dq, dk, dv, None, None, None, None
+
+
 def dense_memory(call: AttentionCall, backward: bool) -> int:
     """Predicted peak bytes of :func:`dense_attention` (see ``memory.py``): the scores
-    ``[B, H, M, N]``, overwritten by the weights (one tensor), and the context; under autograd
-    the scores, the weights autograd saves and, in the backward, their gradient (three, five with
-    a mask: the masked fill's gradient), with the gradients of ``q``, ``k``, ``v``. Dropout adds
-    the dropped weights and their mask; half inputs, the weights cast back."""
+    ``[B, H, M, N]``, overwritten by the weights (one tensor), and the context. Under autograd,
+    :class:`_SoftmaxAttention` adds one block of heads' ``[M, N]`` gradient and the gradients of
+    the features; with dropout, a learned float mask or a summary, plain autograd holds the
+    scores, the weights it saves and, in the backward, their gradient (three, five with a mask:
+    the masked fill's gradient). Dropout adds the dropped weights and their mask; half inputs,
+    the weights cast back."""
     z = sizes(call)
     scores = z.scores * z.compute
     extra = feature_bytes(call) + mask_bytes(call) + (z.rows * z.compute if call.return_lse else 0)
@@ -132,6 +235,13 @@ def dense_memory(call: AttentionCall, backward: bool) -> int:
     context = z.context * z.compute
     if not backward:
         return extra + scores + context
+    if _one_buffer(call):
+        # the weights (the scores' buffer) and the context saved; in the backward one block of
+        # heads' δs, the context's gradient and the gradients of q', k', v
+        heads = max(1, min(z.h, BACKWARD_BLOCK // max(1, z.m * z.n * z.compute)))
+        block = heads * z.m * z.n * z.compute
+        grads = (z.queries + z.keys + z.values) * z.compute
+        return extra + scores + 2 * context + block + grads
     if mask_bytes(call) or call.mask is not None:  # masked_fill_'s gradient, and ~mask
         extra += 2 * scores
     return extra + 3 * scores + 2 * context
