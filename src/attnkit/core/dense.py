@@ -147,13 +147,23 @@ def _scores(
 BACKWARD_BLOCK = 64 << 20
 
 
+def _block(h: int, m: int, n: int, item: int) -> tuple[int, int]:
+    """Heads and query rows per step of :class:`_SoftmaxAttention`'s backward: as many heads as
+    fit :data:`BACKWARD_BLOCK` with all their rows, else one head and as many rows as fit."""
+    per_head = m * n * item
+    if per_head <= BACKWARD_BLOCK:
+        return max(1, min(h, BACKWARD_BLOCK // per_head)), m
+    return 1, max(1, BACKWARD_BLOCK // (n * item))
+
+
 class _SoftmaxAttention(torch.autograd.Function):
     """``c = softmax(scale · q' k'ᵀ + bias) v`` (eq. 2-4) keeping one ``[B, H, M, N]`` tensor.
 
     Autograd through the plain formula holds the scores, the weights, their gradient and the
     scores' gradient, four ``[B, H, M, N]`` tensors at the backward's peak. Here the forward
-    writes the weights over the scores, and the backward reads them in blocks of heads, so its
-    temporaries stay within :data:`BACKWARD_BLOCK` whatever ``H·M·N``. Per block, with ``δc``
+    writes the weights over the scores, and the backward reads them in blocks of heads (of query
+    rows, when one head is larger), so its temporaries stay within :data:`BACKWARD_BLOCK`
+    whatever ``H·M·N``. Per block, with ``δc``
     the context's gradient, ``δa`` the weights' (if they were used) and ``δl`` the lse's::
 
         δv = aᵀ δc
@@ -173,7 +183,7 @@ class _SoftmaxAttention(torch.autograd.Function):
         if keyless is not None:
             a.masked_fill_(keyless, 0.0)
         context = batched_gemm(a, v)  # eq. (4)
-        ctx.save_for_backward(qf, kf, v, a, context)
+        ctx.save_for_backward(qf, kf, v, a, context, lse)
         ctx.scale = scale
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None
         return context, a, lse
@@ -181,8 +191,10 @@ class _SoftmaxAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_context, d_weights, d_lse):  # type: ignore[no-untyped-def, override]
-        qf, kf, v, a, context = ctx.saved_tensors
+        qf, kf, v, a, context, lse = ctx.saved_tensors
         b, h, m, n = a.shape
+        if d_lse is not None:  # a row with no admissible key has lse -inf, a constant
+            d_lse = d_lse.masked_fill(lse == float("-inf"), 0.0)
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         # gradients in the broadcast shape [B, H, ..]; autograd sums them to each input's shape
         qf, kf, v = (t.expand(b, h, *t.shape[-2:]) for t in (qf, kf, v))
@@ -191,29 +203,31 @@ class _SoftmaxAttention(torch.autograd.Function):
         dv = v.new_zeros(v.shape) if need_v else None
         if d_context is None:
             d_context = context.new_zeros(context.shape)
-        heads = max(1, min(h, BACKWARD_BLOCK // max(1, m * n * a.element_size())))
+        heads, rows = _block(h, m, n, a.element_size())
         for i in range(b):
             for h0 in range(0, h, heads):
-                at = (i, slice(h0, h0 + heads))
-                ai, dci = a[at], d_context[at]
-                if dv is not None:
-                    torch.matmul(ai.transpose(-1, -2), dci, out=dv[at])
-                if dq is None and dk is None:
-                    continue
-                ds = dci @ v[at].transpose(-1, -2)  # δa' [c, M, N]
-                if d_weights is not None:
-                    ds += d_weights.expand(b, h, m, n)[at]
-                    row = (ai * ds).sum(-1, keepdim=True)
-                else:
-                    row = (dci * context[at]).sum(-1, keepdim=True)
-                ds.sub_(row)
-                if d_lse is not None:
-                    ds.add_(d_lse.expand(b, h, m)[at].unsqueeze(-1))
-                ds.mul_(ai)  # δs
-                if dq is not None:
-                    torch.matmul(ds, kf[at], out=dq[at]).mul_(ctx.scale)
-                if dk is not None:
-                    torch.matmul(ds.transpose(-1, -2), qf[at], out=dk[at]).mul_(ctx.scale)
+                hk = (i, slice(h0, h0 + heads))  # keys and values of these heads
+                for r0 in range(0, m, rows):
+                    at = (*hk, slice(r0, r0 + rows))  # their queries r0 ..
+                    ai, dci = a[at], d_context[at]
+                    if dv is not None:
+                        dv[hk].baddbmm_(ai.transpose(-1, -2), dci)
+                    if dq is None and dk is None:
+                        continue
+                    ds = dci @ v[hk].transpose(-1, -2)  # δa' [c, rows, N]
+                    if d_weights is not None:
+                        ds += d_weights.expand(b, h, m, n)[at]
+                        row = (ai * ds).sum(-1, keepdim=True)
+                    else:
+                        row = (dci * context[at]).sum(-1, keepdim=True)
+                    ds.sub_(row)
+                    if d_lse is not None:
+                        ds.add_(d_lse.expand(b, h, m)[at].unsqueeze(-1))
+                    ds.mul_(ai)  # δs
+                    if dq is not None:
+                        dq[at] = torch.matmul(ds, kf[hk]).mul_(ctx.scale)
+                    if dk is not None:
+                        dk[hk].baddbmm_(ds.transpose(-1, -2), qf[at], alpha=ctx.scale)
         return dq, dk, dv, None, None, None, None
 
 
@@ -238,8 +252,8 @@ def dense_memory(call: AttentionCall, backward: bool) -> int:
     if _one_buffer(call):
         # the weights (the scores' buffer) and the context saved; in the backward one block of
         # heads' δs, the context's gradient and the gradients of q', k', v
-        heads = max(1, min(z.h, BACKWARD_BLOCK // max(1, z.m * z.n * z.compute)))
-        block = heads * z.m * z.n * z.compute
+        heads, rows = _block(z.h, z.m, z.n, z.compute)
+        block = heads * rows * z.n * z.compute
         grads = (z.queries + z.keys + z.values) * z.compute
         return extra + scores + 2 * context + block + grads
     if mask_bytes(call) or call.mask is not None:  # masked_fill_'s gradient, and ~mask
