@@ -81,4 +81,3 @@ def test_a_frozen_float_mask_and_grouped_keys() -> None:
     for g, r in zip(got, gold, strict=True):
         assert g.shape == r.shape
         torch.testing.assert_close(g, r, rtol=0, atol=1e-12)
-
