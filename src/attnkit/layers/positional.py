@@ -6,7 +6,7 @@
 
 Both take explicit positions (``[N, L]`` integers), so a decoding step adds the encoding of its
 own position. Without any position information self-attention is permutation-equivariant
-(lecture notes 001): permuting the tokens permutes the outputs.
+(tests/layers/test_layer_properties.py): permuting the tokens permutes the outputs.
 """
 
 from __future__ import annotations
