@@ -257,26 +257,20 @@ class Transformer(nn.Module):
     :meth:`forward` for generation (``decode(..., caches=self.decoder.new_caches(C))``).
 
     Args:
-        d_model: ``E``, the size of the embeddings.
+        d_model: ``E``, as :class:`TransformerLayer` (the embeddings' size).
         nhead: ``H``, heads per attention.
         num_encoder_layers: layers of the encoder stack.
         num_decoder_layers: layers of the decoder stack.
-        dim_feedforward: the feed-forward blocks' hidden size.
-        dropout: as in :class:`TransformerEncoderLayer`.
-        activation: of the feed-forward blocks: ``"relu"``, ``"gelu"`` or a callable.
+        dim_feedforward, dropout, activation: as :class:`TransformerLayer`, for every layer.
         custom_encoder: replaces the encoder stack.
         custom_decoder: replaces the decoder stack.
-        layer_norm_eps: of the layer norms.
-        batch_first: inputs and outputs ``[N, L, E]`` instead of ``[L, N, E]``.
-        norm_first: pre-norm layers.
-        bias: the linear layers and layer norms learn biases.
-        device: of the parameters.
-        dtype: of the parameters.
+        layer_norm_eps, batch_first, norm_first, bias: as :class:`TransformerLayer`.
+        device, dtype: of the parameters.
         decoder_attention: keyword-only: the decoder self-attention's kind, replacing
             ``attention`` there.
-        **layer_options: the keyword-only arguments of :class:`TransformerEncoderLayer`
-            (``attention``, ``score``, ``align``, ``num_kv_heads``, ``rotary``, ``position_bias``)
-            and ``cross_attention`` of :class:`TransformerDecoderLayer`, for every layer.
+        **layer_options: the keyword-only arguments of :class:`TransformerLayer` (``attention``,
+            ``cross_attention``, ``score``, ``align``, ``num_kv_heads``, ``rotary``,
+            ``position_bias``), for every layer.
 
     Example::
 
