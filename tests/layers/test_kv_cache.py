@@ -1,4 +1,4 @@
-"""KV-cache decoding equals the full causal forward (RELIABILITY.md: 1e-5 in float32).
+"""KV-cache decoding equals the full causal forward (1e-5 in float32).
 
 Ground truth: the model's full forward over all ``P + T`` tokens with a causal mask (no cache), run
 on the same parameters; the cached run prefills ``P`` tokens, then feeds the rest one at a time or

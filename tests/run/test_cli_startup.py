@@ -1,4 +1,4 @@
-"""The command starts without PyTorch (issue 17 item 8), and the lazy package still gives every
+"""The command starts without PyTorch, and the lazy package still gives every
 public name (PEP 562 ``__getattr__``)."""
 
 from __future__ import annotations

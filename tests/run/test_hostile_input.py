@@ -1,4 +1,4 @@
-"""Hostile configurations and flags through the real command (issue 20 item 1): each is exit
+"""Hostile configurations and flags through the real command: each is exit
 code 2 with one line on stderr naming the file or the flag and what was expected, fast, before
 anything is written; ``attnkit train --check`` validates without training."""
 

@@ -1,4 +1,4 @@
-"""Faults of a training run (issue 20 items 1 and 3): ``kill -9`` at many points of a short run
+"""Faults of a training run: ``kill -9`` at many points of a short run
 then ``--resume`` gives the checkpoint and metrics of an uninterrupted run; a torn last metrics
 line is dropped and reported; a full disk and a read-only run directory end in one line naming
 the path (exit 1) with nothing lost; a second writer is refused naming the holder's pid; a

@@ -1,5 +1,5 @@
 """Training runs: bit-exact resume in a new process, same seed → same metrics, every shipped
-configuration trains, and the commands on a trained run (issue 6 items 2, 3, 6, 7)."""
+configuration trains, and the commands on a trained run."""
 
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def test_a_data_root_that_is_not_the_hansards_folder_is_a_config_error(tmp_path,
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_config_trains_a_few_steps(tmp_path, path):
     overrides = ["train.steps=2", "train.eval_every=2", "train.checkpoint_every=null"]
-    if not load_config(path).is_translation:  # a classification task (issue 9)
+    if not load_config(path).is_translation:  # a classification task
         overrides += ["data.max_examples=64", "data.max_eval_examples=8"]
         config = load_config(path, overrides)
         run = train(config, runs_dir=tmp_path / "runs", quiet=True, log=_quiet_log)

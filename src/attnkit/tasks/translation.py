@@ -79,7 +79,7 @@ def method_title(method: str) -> str:
     return f"{title}, {extraction.replace('_', ' ')}" if extraction else title
 
 
-# Sentences each report translates; "I love you." is the seeds' running example (seed 000 Fig. 1).
+# Sentences each report translates; "I love you." is the running example of attention's alignment.
 SHOWCASE = ["I love you.", "I am cold.", "He is my brother.", "Where is the station?"]
 
 
@@ -358,7 +358,7 @@ def tatoeba_gold_aer(
 
 
 def showcase(config: RunConfig, examples: Mapping[str, Sequence[Example]]) -> list[list[str]]:
-    """Tokenised source sentences for the report: the seeds' examples on Tatoeba, the first test
+    """Tokenised source sentences for the report: the running examples on Tatoeba, the first test
     sentences elsewhere."""
     if config.data.corpus == "tatoeba":
         return [tokenize(s, "en") for s in SHOWCASE]
