@@ -195,7 +195,7 @@ def test_kv_cache_bad_input() -> None:
     with pytest.raises(ValueError, match="window"):
         KVCache(4, window=0)
     cache = KVCache(4)
-    with pytest.raises(ValueError, match=r"\[B, G, T, d\]"):
+    with pytest.raises(ValueError, match=r"\[B, G, M, D\]"):
         cache.append(torch.randn(2, 3, 8), torch.randn(2, 3, 8))
     with pytest.raises(ValueError, match=r"lengths must be \[B=2\] in \[0, 3\]"):
         cache.append(torch.randn(2, 1, 3, 8), torch.randn(2, 1, 3, 8), torch.tensor([1, 4]))

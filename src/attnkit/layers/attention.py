@@ -9,7 +9,8 @@ needs to act between its projections and its attention: rotate queries and keys 
     q^(j) = R(pos_q) q W_q^(j)T,  K^(j) = R(pos_k) F W_K^(j)T  (rotary: R rotates pairs of features)
     e^(j)_{il} = score(q_i^(j), k_l^(j)) + bias_h(pos_q[i], pos_k[l])   (ALiBi / T5 score_mod)
 
-Shapes: N batch, L queries, S keys, E embed_dim, H query heads, G key/value heads.
+Shapes (the legend of :mod:`attnkit`): B batch, M queries, N keys, L a self-attended sequence,
+E embed_dim, H query heads, G key/value heads, D/Dv per-head sizes.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class PositionBias(Protocol):
 
 
 class Rotary(Protocol):
-    """Rotates features by their positions (RoPE): ``x [N, H, L, d]``, ``positions [N, L]``."""
+    """Rotates features by their positions (RoPE): ``x [B, H, M, D]``, ``positions [B, M]``."""
 
     def __call__(self, x: Tensor, positions: Tensor) -> Tensor: ...
 
@@ -48,7 +49,7 @@ class LayerOutput:
 
     Attributes:
         output: the layer's (or attention's) output, in the input's layout, e.g. ``[B, M, E]``.
-        weights: the attention weights per head ``[B, H, M, N]`` (``[H, M, N]`` unbatched),
+        weights: the attention weights per head ``[B, H, M, N]`` (``[H, M, B]`` unbatched),
             before dropout: the alignment a model reads or supervises. A cached step's keys are
             the tokens its cache holds (a ragged row's missing ones with zero weight).
 
@@ -73,7 +74,7 @@ def _check_plain(mha: MultiHeadAttention) -> None:
 
 
 def project_queries(mha: MultiHeadAttention, x: Tensor) -> Tensor:
-    """``q W_q^T + b_q`` of every head, ``[N, H, L, d_k]`` (eq. 38)."""
+    """``q W_q^T + b_q`` of every head, ``[B, H, M, D]`` (eq. 38)."""
     q_size = mha._sizes[0]
     w = mha.q_proj_weight if mha.in_proj_weight is None else mha.in_proj_weight[:q_size]
     b = None if mha.in_proj_bias is None else mha.in_proj_bias[:q_size]
@@ -85,7 +86,7 @@ def project_queries(mha: MultiHeadAttention, x: Tensor) -> Tensor:
 def project_keys_values(
     mha: MultiHeadAttention, key: Tensor, value: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """``F W_K^T + b_K`` and ``F W_V^T + b_V``, ``[N, G, S, d_k]`` and ``[N, G, S, d_v]``."""
+    """``F W_K^T + b_K`` and ``F W_V^T + b_V``, ``[B, G, N, D]`` and ``[B, G, N, Dv]``."""
     q_size, k_size, _v_size = mha._sizes
     b = mha.in_proj_bias
     b_k = None if b is None else b[q_size : q_size + k_size]
@@ -102,7 +103,7 @@ def project_keys_values(
 
 
 def _combine_heads(mha: MultiHeadAttention, context: Tensor) -> Tensor:
-    """Concatenate the heads and project (eq. 40): ``[N, H, L, d_v]`` → ``[N, L, E]``."""
+    """Concatenate the heads and project (eq. 40): ``[B, H, M, Dv]`` → ``[B, M, E]``."""
     return mha.out_proj(context.transpose(1, 2).flatten(2))
 
 
@@ -206,7 +207,7 @@ def self_attend(
     Args:
         mha: the projections, score and alignment.
         x: ``[B, L, E]`` if ``mha.batch_first`` else ``[L, B, E]``.
-        attn_mask: torch's ``[L, L]`` or ``[B·H, L, L]`` mask (bool ``True`` = NOT allowed, or
+        attn_mask: torch's ``[M, M]`` or ``[B·H, L, L]`` mask (bool ``True`` = NOT allowed, or
             float added); not with ``cache`` (the cache's positions say which keys exist).
         key_padding_mask: torch's ``[B, L]``, True (or ``-inf``) at padding; not with ``cache``.
         is_causal: query ``i`` sees keys ``j <= i`` (without ``attn_mask``; a hint with one, as
@@ -330,7 +331,7 @@ def cross_attend(
         mha: the projections, score and alignment.
         x: the queries' source ``[B, M, E]`` if ``mha.batch_first`` else ``[M, B, E]``.
         memory: ``[B, N, E]`` (``[N, B, E]``).
-        attn_mask: torch's ``[M, N]`` mask (bool ``True`` = NOT allowed, or float added); not
+        attn_mask: torch's ``[M, B]`` mask (bool ``True`` = NOT allowed, or float added); not
             with ``cache``.
         key_padding_mask: ``[B, N]``, True at the memory's padding.
         is_causal: a hint that ``attn_mask`` is causal (torch's).

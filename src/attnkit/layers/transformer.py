@@ -203,7 +203,7 @@ class TransformerDecoder(nn.Module):
             tgt: ``[M, B, E]`` (``[B, M, E]`` with ``batch_first``, ``[M, E]`` unbatched).
             memory: the encoder's output ``[N, B, E]`` (``[B, N, E]`` with ``batch_first``).
             tgt_mask: ``[M, M]`` or ``[B·H, M, M]``, bool (True = may *not* attend) or float.
-            memory_mask: ``[M, N]`` or ``[B·H, M, N]``, bool or float.
+            memory_mask: ``[M, B]`` or ``[B·H, M, N]``, bool or float.
             tgt_key_padding_mask: ``[B, M]``, True at padding.
             memory_key_padding_mask: ``[B, N]``, True at padding.
             tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
@@ -409,16 +409,16 @@ class Transformer(nn.Module):
         """torch's forward: encode ``src``, decode ``tgt`` against its memory.
 
         Args:
-            src: ``[S, N, E]`` (``[N, S, E]`` with ``batch_first``, ``[S, E]`` unbatched).
-            tgt: ``[T, N, E]`` (``[N, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
+            src: ``[S, B, E]`` (``[B, S, E]`` with ``batch_first``, ``[S, E]`` unbatched).
+            tgt: ``[T, B, E]`` (``[B, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
             src_mask: the encoder's self-attention mask ``[S, S]``, bool (True = may *not*
                 attend) or float.
             tgt_mask: the decoder's self-attention mask ``[T, T]`` (causal:
                 :meth:`generate_square_subsequent_mask`).
             memory_mask: the cross-attention mask ``[T, S]``.
-            src_key_padding_mask: ``[N, S]``, True at padding.
-            tgt_key_padding_mask: ``[N, T]``, True at padding.
-            memory_key_padding_mask: ``[N, S]``, True at padding.
+            src_key_padding_mask: ``[B, S]``, True at padding.
+            tgt_key_padding_mask: ``[B, T]``, True at padding.
+            memory_key_padding_mask: ``[B, S]``, True at padding.
             src_is_causal: a hint that ``src_mask`` is the causal mask.
             tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
             memory_is_causal: a hint that ``memory_mask`` is the causal mask.

@@ -534,7 +534,7 @@ class TransformerDecoderLayer(TransformerLayer):
             tgt: ``[M, B, E]`` (``[B, M, E]`` with ``batch_first``, ``[M, E]`` unbatched).
             memory: the encoder's output ``[N, B, E]`` (``[B, N, E]`` with ``batch_first``).
             tgt_mask: ``[M, M]`` or ``[B·H, M, M]``, bool (True = may *not* attend) or float.
-            memory_mask: ``[M, N]`` or ``[B·H, M, N]``, bool or float.
+            memory_mask: ``[M, B]`` or ``[B·H, M, N]``, bool or float.
             tgt_key_padding_mask: ``[B, M]``, True at padding.
             memory_key_padding_mask: ``[B, N]``, True at padding.
             tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
