@@ -41,7 +41,7 @@ def _probe(*argv: str) -> tuple[str, str]:
     [
         ("--help",),
         ("--version",),
-        *[(command, "--help") for command in ("train", "eval", "translate", "explain", "demo")],
+        *[(command, "--help") for command in ("train", "eval", "translate", "view", "demo")],
         *[(command, "--help") for command in ("info", "zoo")],
     ],
 )

@@ -291,9 +291,7 @@ def test_resume_refuses_a_different_architecture(trained, capsys, tmp_path):
     assert "model.embed_dim: saved 16, given 8" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "command", ["demo", "train", "eval", "translate", "explain", "zoo", "info"]
-)
+@pytest.mark.parametrize("command", ["demo", "train", "eval", "translate", "view", "zoo", "info"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as info:
         main([command, "--help"])
@@ -301,10 +299,10 @@ def test_every_command_has_help(command, capsys):
     assert capsys.readouterr().out.startswith(f"usage: attnkit {command}")
 
 
-def test_explain_command_writes_one_page(trained, capsys, tmp_path):
+def test_view_command_writes_one_page(trained, capsys, tmp_path):
     run, _ = trained
     page = tmp_path / "page.html"
-    assert main(["explain", str(run.path), "--input", "I love you.", "--output", str(page)]) == 0
+    assert main(["view", str(run.path), "--input", "I love you.", "--output", str(page)]) == 0
     assert capsys.readouterr().out.strip() == f"attention viewer: {page}"
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>") and "cross-attention" in text
