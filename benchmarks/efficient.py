@@ -5,7 +5,7 @@
     python benchmarks/efficient.py --quick    # n = 256, 1024, one repetition: checks the script
 
 Each kind runs with the hyperparameters of its registered name (``attention="NAME"``: the kind
-class's defaults, see src/attnkit/efficient/registry.py); Linformer and Synthesizer, whose registered modules have a
+class's defaults, see src/attnkit/efficient/__init__.py); Linformer and Synthesizer, whose registered modules have a
 fixed maximum length, are built with ``max_length = n``. Times are medians of interleaved
 repetitions in one run (A, B, C, A, B, C, …; see common.py), so compare ratios, never absolute
 times across runs; memory is the peak RSS (VmHWM) of a fresh process running one forward+backward,
@@ -14,7 +14,7 @@ tables into docs/benchmarks.md (section "Efficient attention", through the share
 benchmarks/results/benchmarks.json, which keeps the other scripts' sections) and the plot
 docs/img/efficient.png.
 
-Targets (issue 8), for every linear-complexity kind: peak memory at n = 16384 at most 5x that at
+Targets, for every linear-complexity kind: peak memory at n = 16384 at most 5x that at
 n = 4096, and forward+backward at n = 16384 at least 5x faster than exact SDPA.
 """
 
@@ -333,7 +333,7 @@ def main() -> None:
     lines = [
         "## Efficient attention against exact attention",
         "",
-        f"{setup} Reproduce: `python benchmarks/efficient.py` (issue 8). Exact attention is "
+        f"{setup} Reproduce: `python benchmarks/efficient.py`. Exact attention is "
         "attnkit's engine (`ak.attention`) and raw `F.scaled_dot_product_attention`; Synthesizer "
         f"is quadratic by design and stops at n={SYNTHESIZER_MAX_N}.",
         "",

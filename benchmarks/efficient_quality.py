@@ -414,7 +414,7 @@ def main() -> None:
         "sized to the task's longest input). Steps differ because kinds differ in speed: that "
         "is the comparison; evaluation is outside the budget. Reproduce: "
         "`OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks TASK --minutes "
-        f"{args.minutes:g}` (issue 8)."
+        f"{args.minutes:g}`."
     )
     masks = {
         "listops": "Attention is bidirectional for every kind (a whole-sequence classification).",

@@ -1,4 +1,4 @@
-"""attnkit against the libraries users would otherwise pick, side by side in one process (issue 18).
+"""attnkit against the libraries users would otherwise pick, side by side in one process.
 
     python benchmarks/peers.py                      # every comparison; writes docs/benchmarks.md
     python benchmarks/peers.py --quick              # tiny sizes, 1 repetition: checks the script
@@ -292,7 +292,7 @@ WHY_MISSED: dict[str, str] = {}
 
 
 def targets(numbers: dict) -> list[tuple[str, str, bool | None, str]]:
-    """Issue 18's targets, each from the measured rows: (target, measured, met, why missed)."""
+    """The targets, each from the measured rows: (target, measured, met, why missed)."""
     out = []
 
     def add(

@@ -4,7 +4,7 @@
     python benchmarks/seq2seq_step.py --quick   # tiny sizes, to check the script itself
 
 ``TransformerSeq2Seq.forward`` returns the last decoder layer's cross-attention weights (the
-alignment behind heatmaps, AER and supervised attention). Until issue 17 it read them by
+alignment behind heatmaps, AER and supervised attention). Before, it read them by
 wrapping every step in ``interpret.record(cross_attention, grad=True)``, which forces the
 materialised ``reference`` backend for that attention; now it asks the module for them
 (``need_weights=True``) and the engine picks the fastest backend that returns weights. Rows:
@@ -38,7 +38,7 @@ from attnkit.models import TransformerSeq2Seq
 def recorded_forward(
     model: TransformerSeq2Seq, source, lengths, target_in
 ) -> tuple[Tensor, Tensor]:
-    """The forward before issue 17: the cross-attention recorded with grad=True."""
+    """The former forward: the cross-attention recorded with grad=True."""
     memory, padding = model.encode(source, lengths)
     cross_attention = model.transformer.decoder.layers[-1].multihead_attn
     with record(cross_attention, grad=torch.is_grad_enabled()) as recorder:
@@ -153,7 +153,7 @@ def main() -> None:
         "",
         "`python benchmarks/seq2seq_step.py`: forward, cross-entropy, backward and Adam step of "
         "`TransformerSeq2Seq` (dropout 0.1) with its last cross-attention's weights asked of the "
-        "module (`need_weights=True`, now) or recorded with `record(grad=True)` (before issue 17),"
+        "module (`need_weights=True`, now) or recorded with `record(grad=True)` (the former way),"
         f" and without them; medians of {repeats} interleaved repetitions, "
         f"{torch.get_num_threads()} thread(s).",
         "",

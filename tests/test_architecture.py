@@ -4,13 +4,18 @@ Nothing in ``src/`` rebinds a function or writes a module's ``forward`` or ``__d
 time: attention is observed through the hooks of ``attnkit.core.hooks`` and torch's own module
 hooks, never by patching. And no module of ``src/attnkit`` takes part in an import cycle, counting
 every import in its file: at the top, inside functions, and those made only for type checking.
-(The layer order of imports is import-linter's contract, run by ``make lint``.)
+(The layer order of imports is import-linter's contract, run by ``make lint``.) And one shape
+legend: the package docstring and docs/architecture.md define the same letters, and no docstring
+or comment uses torch's ``N`` for the batch.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import io
+import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -229,3 +234,49 @@ def test_src_has_no_import_cycle() -> None:
     graph = import_graph(SRC, "attnkit")
     assert len(graph) > 100 and graph["attnkit.core.engine"]
     assert import_cycles(graph) == []
+
+
+#: the package's shape letters and their meanings (attnkit's docstring, docs/architecture.md)
+LEGEND = {
+    "B": "batch",
+    "H": "heads (query heads)",
+    "M": "queries",
+    "G": "key/value heads (grouped-query attention)",
+    "N": "keys (and values)",
+    "L": "a sequence that gives both the queries and the keys",
+    "D": "query/key features",
+    "Dv": "value features",
+    "E": "a layer's model size",
+}
+
+#: torch's letters, where N is the batch: [N, L, E], [L, N, E], [N, S], N·H, "N batch"
+BATCH_N = re.compile(r"\[N, (?:L|S|T|H|G|M)\b|\[(?:L|S|T), N\b|\bN·H\b|\bN batch\b")
+
+
+def test_one_shape_legend_in_the_package_docstring_and_the_architecture_page() -> None:
+    import attnkit
+
+    doc = attnkit.__doc__ or ""
+    page = (SRC.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    for letter, meaning in LEGEND.items():
+        assert re.search(rf"(?<!\w){letter}\s+{re.escape(meaning)}", doc), letter
+        assert f"| `{letter}` | {meaning}" in page, letter
+
+
+def test_the_batch_letter_check_catches_torchs_letters() -> None:
+    for text in ("``[N, L, E]``", "``[L, N, E]``", "[N·H, L, S]", "N batch, L queries", "[N, S]"):
+        assert BATCH_N.search(text), text
+    for text in ("``[B, M, E]``", "``[B, H, M, N]``", "``[M, N]``", "[B·H, M, N]"):
+        assert not BATCH_N.search(text), text
+
+
+def test_no_docstring_or_comment_uses_n_for_the_batch() -> None:
+    found = []
+    for path in sorted((SRC / "attnkit").rglob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        if not BATCH_N.search(source):
+            continue
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type in (tokenize.COMMENT, tokenize.STRING) and BATCH_N.search(token.string):
+                found.append(f"{path.relative_to(SRC)}:{token.start[0]}")
+    assert not found, "N as the batch (the legend's letter is B):\n" + "\n".join(found)

@@ -5,6 +5,22 @@
 
 See README.md and docs/core.md for the map from the survey's equations to this API.
 
+Shapes. Every docstring of the package writes tensor shapes with these letters (rows are vectors,
+as in PyTorch; docs/architecture.md repeats this legend):
+
+    B   batch                          H   heads (query heads)
+    M   queries                        G   key/value heads (grouped-query attention)
+    N   keys (and values)              L   a sequence that gives both the queries and the keys
+    D   query/key features                 (self-attention: M = N = L)
+    Dv  value features                 E   a layer's model size (d_model, embed_dim)
+
+and, where a module needs them: T and S, a translation's target and source lengths (its
+cross-attention weights ``[B, T, S]`` are ``[B, M, N]``); P latents (Perceiver); R a memory of
+earlier segments (segment recurrence: N = R + L); N_max a KV cache's capacity; C classes or
+channels; V a vocabulary; h, w an image's height and width (lowercase: H is heads). The survey's
+own names ``d_q``, ``d_k``, ``d_v`` (and ``d_f`` for feature vectors) are D, D and Dv where an
+equation is quoted.
+
 The names below are imported on first use (PEP 562), so ``import attnkit`` — and the
 ``attnkit`` command's ``--help`` and ``--version`` — do not import PyTorch. ``from attnkit import
 X``, ``ak.X`` and ``import attnkit.X`` work as with eager imports.

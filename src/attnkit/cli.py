@@ -259,7 +259,7 @@ def _zoo(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     if (args.run_dir is None) == (args.hf is None):
-        raise ValueError("explain takes a RUN_DIR or --hf MODEL_DIR (one of the two)")
+        raise ValueError(f"{args.command} takes a RUN_DIR or --hf MODEL_DIR (one of the two)")
     text = _text_argument(args.input, "--input")
     if args.output is not None:
         # refused as torch.save and matplotlib's savefig refuse it: no folder is made on a typo
@@ -270,15 +270,15 @@ def _explain(args: argparse.Namespace) -> int:
             raise ValueError(f"--output: {args.output} is a folder; give a file name (.html)")
         _check_explain_output(args.output, args.run_dir, force=args.force)
     if args.hf is not None:
-        from attnkit.integrations.huggingface import explain_model
+        from attnkit.integrations.huggingface import view_model
 
-        path = explain_model(args.hf, text, output=args.output)
+        path = view_model(args.hf, text, output=args.output)
         print(f"attention viewer: {path}")
         return 0
-    from attnkit.run import Run, check_beam, explain_run
+    from attnkit.run import Run, check_beam, view_run
 
     check_beam(Run.open(args.run_dir), args.beam)  # named as given: --beam
-    path = explain_run(args.run_dir, text, output=args.output, beam_size=args.beam)
+    path = view_run(args.run_dir, text, output=args.output, beam_size=args.beam)
     print(f"attention viewer: {path}")
     return 0
 
@@ -469,9 +469,10 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(func=_info)
 
     explain = commands.add_parser(
-        "explain",
+        "view",
+        aliases=["explain"],  # deprecated: "explain" is the name of the backend report
         help="translate an input with a trained run and write its attention maps as one "
-        "self-contained interactive HTML page",
+        "self-contained interactive HTML page (`explain`: its deprecated name)",
     )
     explain.add_argument("run_dir", nargs="?", default=None, help="a run directory")
     explain.add_argument(
@@ -533,6 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["explain"]:  # the viewer's old name; "explain" is the backend report's
+        print("attnkit explain is deprecated: use attnkit view (same arguments)", file=sys.stderr)
     args = build_parser().parse_args(argv)  # --help and --version end here, before torch
     from attnkit.checkpoint import CheckpointError
     from attnkit.distributed.process_group import PeerFailureError

@@ -6,8 +6,8 @@ pairs bundled in the package (``attnkit/data/tatoeba_en_fr.tsv.gz``, CC-BY 2.0 F
 BLEU and the attention's alignment error rate on the 50 hand-aligned Tatoeba test sentences
 bundled in the package (``attnkit/data/TATOEBA_GOLD.md``; forced decoding, argmax links of the
 attention at the step that outputs each French word, :func:`attnkit.tasks.translation.tatoeba_gold_aer`),
-translates the seeds' running example "I love you." and a few more sentences with their
-alignment matrices (target words as rows, source words as columns; seed 000 Fig. 1 shows je on I,
+translates the running example "I love you." and a few more sentences with their
+alignment matrices (target words as rows, source words as columns; the classic figure links je to I,
 t' on you, aime on love; the demo says which of those links its argmax reproduces), and writes ``report.html`` and PNG heatmaps into
 ``runs/demo-<timestamp>/``. The run's checkpoint serves ``attnkit eval`` and ``attnkit translate``.
 
@@ -30,12 +30,12 @@ from attnkit.train import train
 
 Log = Callable[[str], None]
 
-# The links of seed 000's Fig. 1 ("I love you." → "Je t'aime."): French word → English word.
+# The classic figure's links ("I love you." → "Je t'aime."): French word → English word.
 SEED_LINKS = {"je": "i", "j'": "i", "vous": "you", "t'": "you", "te": "you", "aime": "love"}
 
 
 def seed_links(source: Sequence[str], target: Sequence[str], weights: torch.Tensor) -> str:
-    """Each target word's argmax source word, and how many of the seed's links
+    """Each target word's argmax source word, and how many of the classic figure's links
     (:data:`SEED_LINKS`: je–I, vous/t'–you, aime–love) that reproduces.
 
     Args:

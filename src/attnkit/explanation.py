@@ -595,7 +595,7 @@ def adversarial_objective(
 ) -> Objective:
     """Wiegreffe & Pinter's model-consistent adversary (their §4): for each training example,
     ``TVD(ŷ_adv, ŷ_base) − λ·KL(α_adv ‖ α_base)``, averaged over the batch; the base model's
-    predictions and attention (``[N, C]``, ``[N, L_max]``) are fixed targets."""
+    predictions and attention (``[B, C]``, ``[B, L_max]``) are fixed targets."""
 
     def objective(model: AdditiveAttentionClassifier, batch: Batch, indices: list[int]) -> Tensor:
         states, query = model.encode(model.embed(batch.tokens), batch.mask, batch.question)
@@ -610,7 +610,7 @@ def adversarial_objective(
 
 
 def base_targets(model: AdditiveAttentionClassifier, split: Split) -> tuple[Tensor, Tensor]:
-    """The base model's probabilities ``[N, C]`` and attention ``[N, L_max]`` on ``split``."""
+    """The base model's probabilities ``[B, C]`` and attention ``[B, L_max]`` on ``split``."""
     probabilities, attention = predict(model, split)
     padded = torch.zeros(len(split), max(len(a) for a in attention))
     for i, a in enumerate(attention):

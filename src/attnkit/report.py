@@ -1,6 +1,6 @@
 """Run reports: alignment matrices in the terminal, PNG heatmaps, one self-contained HTML page.
 
-The alignment matrix is the encyclopedia's figure (seed 000 Fig. 1): target words as rows, source
+The alignment matrix is the classic figure of attention ("I love you." → "Je t'aime."): target words as rows, source
 words as columns, each cell the attention weight of that target word on that source word.
 The HTML report embeds its images (base64 PNG) and styles, so it opens without network access.
 """
@@ -106,7 +106,7 @@ def _loss_curve_png(metrics: Sequence[Mapping[str, Any]]) -> bytes | None:
 def _cell(value: float) -> str:
     if not math.isfinite(value):  # a diverged model (train.stop_on_nonfinite: false)
         return f'<td style="background:#c00;color:#fff">{value}</td>'
-    # the encyclopedia's figure: white = all the weight, black = none (as the PNG heatmaps)
+    # the classic alignment figure: white = all the weight, black = none (as the PNG heatmaps)
     shade = int(255 * min(max(value, 0.0), 1.0))
     ink = "#000" if value > 0.5 else "#fff"
     return f'<td style="background:rgb({shade},{shade},{shade});color:{ink}">{value:.2f}</td>'

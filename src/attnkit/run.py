@@ -15,8 +15,8 @@ checkpoints and metrics.
 :class:`Run` opens one (refusing a configuration of another architecture before anything is
 loaded), restores its job (:func:`attnkit.tasks.job_for`: what the run learnt, in the job's
 :attr:`~attnkit.tasks.job.Job.state_file`), builds its model and loads its checkpoints.
-:func:`explain_run` writes the attention viewer page of a run (its job's
-:meth:`~attnkit.tasks.job.Job.explain`).
+:func:`view_run` writes the attention viewer page of a run (its job's
+:meth:`~attnkit.tasks.job.Job.view`).
 
 A process that writes a run (``attnkit train``, also ``--resume``) holds :class:`RunLock`; a second
 writer is refused naming the holder's pid. A new run's directory is a :class:`NewRunDirectory`:
@@ -61,6 +61,7 @@ from attnkit.config import (
     to_yaml,
     validate,
 )
+from attnkit.core.deprecation import warn_renamed
 from attnkit.tasks import Job, Task, job_for
 
 __all__ = [
@@ -72,7 +73,6 @@ __all__ = [
     "RunLockedError",
     "check_beam",
     "check_new_run",
-    "explain_run",
     "lower_when_out_of_memory",
     "make_run_dir",
     "memory_asked",
@@ -82,6 +82,7 @@ __all__ = [
     "remove_stale_temporaries",
     "require_finite",
     "truncate_metrics",
+    "view_run",
 ]
 
 #: the lock file of a run directory (see :class:`RunLock`)
@@ -190,8 +191,9 @@ class RunLock:
 # atomic_write's temporary files: ".<final name>.<8 random characters>.tmp"
 _TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 _TENSOR_FILE = re.compile(r"^step-\d{8}\.safetensors$")
-# written by commands that do not lock the run (attnkit eval, attnkit explain): never removed
-_UNLOCKED_WRITES = (".eval-", ".explain-")
+# written by commands that do not lock the run (attnkit eval, attnkit view; its pages were
+# explain-*.html before): never removed
+_UNLOCKED_WRITES = (".eval-", ".view-", ".explain-")
 
 
 def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
@@ -766,7 +768,7 @@ class MetricsLog:
                 pass
 
 
-def explain_run(
+def view_run(
     run_dir: str | Path,
     text: str,
     *,
@@ -774,7 +776,7 @@ def explain_run(
     beam_size: int | None = None,
 ) -> Path:
     """The attention viewer page of the run ``run_dir`` on the input ``text``, from its newest
-    checkpoint (``attnkit explain``): its job's :meth:`~attnkit.tasks.job.Job.explain` — for a
+    checkpoint (``attnkit view``): its job's :meth:`~attnkit.tasks.job.Job.view` — for a
     translation run, the translation of ``text`` with every attention map.
 
     Raises:
@@ -783,13 +785,25 @@ def explain_run(
 
     Example::
 
-        >>> explain_run("runs/tiny-20261122-101500", "I love you.")
-        PosixPath('runs/tiny-20261122-101500/explain-i-love-you.html')
+        >>> view_run("runs/tiny-20261122-101500", "I love you.")
+        PosixPath('runs/tiny-20261122-101500/view-i-love-you.html')
     """
     run = Run.open(run_dir)
     beam = check_beam(run, beam_size, "beam_size")
     model, step = run.load_model(finite=True)
     with lower_when_out_of_memory("beam_size", beam):
-        return run.job.explain(
+        return run.job.view(
             model, step, text, directory=run.path, output=output, beam_size=beam_size
         )
+
+
+def explain_run(
+    run_dir: str | Path,
+    text: str,
+    *,
+    output: str | Path | None = None,
+    beam_size: int | None = None,
+) -> Path:
+    """Deprecated name of :func:`view_run` (warns with a ``DeprecationWarning``)."""
+    warn_renamed("attnkit.run.explain_run", "attnkit.run.view_run")
+    return view_run(run_dir, text, output=output, beam_size=beam_size)

@@ -112,7 +112,7 @@ class TensorBoardLogger:
     def log_image(self, name: str, path: str | os.PathLike[str], step: int) -> None:
         """A PNG file (e.g. a report's attention figure) under ``<name>`` at ``step``."""
         _check_step(step)
-        pixels = matplotlib.image.imread(os.fspath(path))  # [H, W, 3 or 4] floats in [0, 1]
+        pixels = matplotlib.image.imread(os.fspath(path))  # [h, w, 3 or 4] floats in [0, 1]
         self._writer.add_image(name, pixels[..., :3], global_step=step, dataformats="HWC")
 
     def flush(self) -> None:

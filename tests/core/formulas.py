@@ -2,7 +2,7 @@
 
 Every function here is the equation it names, computed on plain tensors in whatever dtype it is
 given (float64 for the golden reference; float32/float16/bfloat16 for the "naive same-dtype"
-yardstick of RELIABILITY.md). Nothing here imports or calls attnkit: parameters are passed as plain
+yardstick of docs/reliability.md). Nothing here imports or calls attnkit: parameters are passed as plain
 tensors, read by the tests from attnkit's modules (``nn.Linear`` weights are ``[out, in]``, so
 ``query_proj.weight`` is the survey's ``W [d_k, d_q]``).
 

@@ -1,4 +1,4 @@
-"""One test per bad input (RELIABILITY.md, "Bad input"): the error type and a message that names
+"""One test per bad input (docs/reliability.md, "Exit codes and errors"): the error type and a message that names
 what was given, raised before any computation."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Edge cases of RELIABILITY.md, for every alignment and every backend that accepts the call.
+"""Edge cases of docs/reliability.md, for every alignment and every backend that accepts the call.
 
 Empty rows, empty tensors, single queries/keys, half precision, non-contiguous and out-of-bounds
 inputs, determinism, dropout, NaN propagation, bottom-right causal and sliding windows.
@@ -124,7 +124,7 @@ def _empty_row_setups():
     ),
 )
 def test_query_without_admissible_key(backend: str, case: AlignCase, setup: str) -> None:
-    """Zero context, zero weights, zero gradients, lse = -inf; never NaN (RELIABILITY.md)."""
+    """Zero context, zero weights, zero gradients, lse = -inf; never NaN (docs/reliability.md)."""
     d = 4
     m, n, kwargs, empty = _empty_row_setups()[setup]
     q, k, v = qkv(m=m, n=n, d=d, requires_grad=True)
@@ -220,7 +220,7 @@ def test_zero_length_queries(backend: str, case: AlignCase) -> None:
     ("case", "backend"), case_params(EVAL_CASES, shapes=((2, 2, 3, 4), (2, 2, 0, 4), (2, 2, 0, 3)))
 )
 def test_zero_length_keys(backend: str, case: AlignCase) -> None:
-    """No keys at all: every row is a row without admissible key, so zeros (RELIABILITY.md)."""
+    """No keys at all: every row is a row without admissible key, so zeros (docs/reliability.md)."""
     q, k, v = qkv(m=3, n=0, requires_grad=True)
     out, weights = attend_with_weights(backend, q, k, v, align=case.build(4))
     assert torch.equal(out.context, torch.zeros(2, 2, 3, 3))
@@ -272,7 +272,7 @@ def _naive_scores(name: str, score: ak.scores.Score, q: Tensor, k: Tensor) -> Te
 
 
 def _naive(score_name: str, q, k, v, score, align) -> Tensor:
-    """The formula computed entirely in the inputs' dtype (the yardstick of RELIABILITY.md)."""
+    """The formula computed entirely in the inputs' dtype (the yardstick of docs/reliability.md)."""
     with torch.no_grad():
         e = _naive_scores(score_name, score, q, k)
         return copy.deepcopy(align).to(q.dtype)(e, None, query=q, key=k) @ v

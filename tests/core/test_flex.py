@@ -25,7 +25,7 @@ import attnkit as ak
 import attnkit.core.flex as flex
 
 F64 = torch.float64
-ROUNDING_FLOOR = 1e-6  # RELIABILITY.md's floor for float32 and below
+ROUNDING_FLOOR = 1e-6  # docs/reliability.md's floor for float32 and below
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def expect(
     score_mod=None,
 ) -> tuple[Tensor, float]:
     """The float64 formula and the tolerance: twice the same-dtype formula's error (the
-    error-ratio criterion of RELIABILITY.md) plus the rounding floor."""
+    error-ratio criterion of docs/reliability.md) plus the rounding floor."""
     groups = q.shape[1] // k.shape[1]
 
     def compute(dt: torch.dtype) -> Tensor:

@@ -1,8 +1,8 @@
-"""Fuzzing the public entry points ``ak.attention`` and ``ak.MultiHeadAttention`` (issue 20).
+"""Fuzzing the public entry points ``ak.attention`` and ``ak.MultiHeadAttention``.
 
 Random shapes (sizes 0, 1, 17, blocks that do not divide them), dtypes, devices ("cpu", "meta"),
 masks (bool/float, broadcastable or not), causal, scores and alignments. The rule for every call
-(RELIABILITY.md, "Fuzzing"): a result equal to the float64 reference — at most 2x the error of the
+(docs/reliability.md, "Fuzzing"): a result equal to the float64 reference — at most 2x the error of the
 same formula computed naively in the call's dtype, plus a rounding floor — on every backend that
 can run it, or a ``ValueError``/``TypeError`` whose message names the argument. Never another
 exception, and never backends that disagree silently (NaN in one, a number in another).

@@ -131,7 +131,7 @@ def assert_nan_rows(out: ak.AttentionOutput, clean: ak.AttentionOutput, nan_rows
     ("case", "score_name", "backend"), nonfinite_params(SCORE_NAMES, causal=True)
 )
 def test_nan_in_a_query_makes_its_row_nan(backend: str, score_name: str, case: AlignCase) -> None:
-    """Issue 20: sdpa returned a zero row for some NaN queries (its kernel's lanes decide)."""
+    """sdpa returned a zero row for some NaN queries (its kernel's lanes decide)."""
     q, k, v, score, align = setup(score_name, case)
     clean = run(backend, q, k, v, score=score, align=align, causal=True)
     for row in range(4):
@@ -142,7 +142,7 @@ def test_nan_in_a_query_makes_its_row_nan(backend: str, score_name: str, case: A
 
 
 def test_nan_query_that_the_fused_kernel_dropped_to_zeros() -> None:
-    """The exact input of issue 20: torch's CPU kernel returns zeros for row 1."""
+    """A found input: torch's CPU kernel returns zeros for row 1."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, m, 8, generator=g) for m in (4, 6, 6))
     q[0, 0, 1, 0] = NAN
@@ -305,7 +305,7 @@ def test_inf_score_is_the_limit_of_growing_scores(
 ) -> None:
     """A +inf in the float mask makes those scores +inf. The result must be the limit: the same
     call whose scores at those positions are one large finite number (tied), computed by the
-    reference backend. Issue 20: sparsemax/entmax raised "index -1 is out of bounds", softmax
+    reference backend. Before, sparsemax/entmax raised "index -1 is out of bounds", softmax
     gave weights [nan, nan, inf, nan]."""
     q, k, v, score, align = setup(score_name, case)
     where = _inf_positions()
@@ -334,7 +334,7 @@ def test_inf_score_is_the_limit_of_growing_scores(
 
 
 def test_inf_score_shares_the_weight_equally() -> None:
-    """The example of issue 20, and a tie of two +inf keys."""
+    """A NaN example, and a tie of two +inf keys."""
     e = torch.tensor([[1.0, 2.0, INF, 0.0], [INF, 5.0, INF, -INF]])
     want = torch.tensor([[0.0, 0.0, 1.0, 0.0], [0.5, 0.0, 0.5, 0.0]])
     for align in (ak.align.Softmax(), ak.align.Sparsemax(), ak.align.Entmax15(), ak.align.TopK(2)):
@@ -408,7 +408,7 @@ def test_finite_inputs_keep_the_fused_kernel() -> None:
 
 @pytest.mark.parametrize("which", ["q", "k", "both"])
 def test_zero_feature_size_is_refused_by_attention_and_explain(which: str) -> None:
-    """Issue 20: a raw ZeroDivisionError from attention while explain said it would run."""
+    """Once: a raw ZeroDivisionError from attention while explain said it would run."""
     q = torch.randn(1, 2, 4, 0 if which in ("q", "both") else 3)
     k = torch.randn(1, 2, 5, 0 if which in ("k", "both") else 3)
     v = torch.randn(1, 2, 5, 3)
@@ -442,7 +442,7 @@ def test_zero_value_features_give_an_empty_context(backend: str) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float64])
 def test_multi_head_attention_names_the_expected_dtype(dtype: torch.dtype) -> None:
-    """Issue 20: int64 inputs raised torch's "mat1 and mat2 must have the same dtype"."""
+    """Once: int64 inputs raised torch's "mat1 and mat2 must have the same dtype"."""
     mha = ak.MultiHeadAttention(8, 2, batch_first=True)
     x = torch.ones(1, 3, 8, dtype=dtype)
     with pytest.raises(

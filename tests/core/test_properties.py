@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) of the invariants in RELIABILITY.md, for every backend, every
+"""Property tests (hypothesis) of the invariants in docs/reliability.md, for every backend, every
 registered alignment (eval mode) and every registered score over random small shapes.
 
 Each test is parametrised by alignment and by the backends whose declaration takes the call

@@ -1,6 +1,6 @@
 """Every score × every alignment × every backend against the survey's formulas in float64.
 
-Acceptance (RELIABILITY.md): a path in float64 matches the float64 formula to ~1e-10; a path in a
+Acceptance (docs/reliability.md): a path in float64 matches the float64 formula to ~1e-10; a path in a
 lower precision T may be off the float64 formula by at most 2x the error of the same formula
 computed naively in T, plus a 1e-6 rounding floor. The formulas are in ``formulas.py`` and never
 call attnkit; only their parameters are read from attnkit's modules.
@@ -33,7 +33,7 @@ from attnkit.core.scores import SCORES
 F64 = torch.float64
 F32 = torch.float32
 FLOAT64_TOLERANCE = 1e-10
-ROUNDING_FLOOR = 1e-6  # RELIABILITY.md's floor for float32 and below
+ROUNDING_FLOOR = 1e-6  # docs/reliability.md's floor for float32 and below
 MAX_KEYS = 16  # the Location score's max_length in every test
 
 SCORE_NAMES = SCORES.names()
@@ -136,7 +136,7 @@ def reference_align(name: str, module: object, q: Tensor, k: Tensor, dtype: torc
 
 
 # --------------------------------------------------------------------------------------------
-# Masks by their definitions (DESIGN.md): bottom-right causal, padding, sliding window
+# Masks by their definitions (docs/core.md): bottom-right causal, padding, sliding window
 # --------------------------------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 saved thresholds) against the float64 formulas of ``formulas.py`` (Martins & Astudillo 2016,
 Algorithm 1; Peters, Niculae & Martins 2019) and the ``entmax`` package in float64: outputs and
 gradients with respect to q, k, v and a score parameter, with the error-ratio criterion of
-RELIABILITY.md (forward 2x, gradients 3x the naive float32 formula's error, plus 1e-6)."""
+docs/reliability.md (forward 2x, gradients 3x the naive float32 formula's error, plus 1e-6)."""
 
 from __future__ import annotations
 

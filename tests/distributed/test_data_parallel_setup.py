@@ -1,4 +1,4 @@
-"""How a data-parallel training process sets itself up (issue 11 item 1), without a GPU: the
+"""How a data-parallel training process sets itself up, without a GPU: the
 backend choice (NCCL with CUDA, gloo without), the device from ``LOCAL_RANK``, DDP's
 ``device_ids``, moving batches, the timeout, and which errors become a clear
 ``PeerFailureError`` (item 4). ``torch.distributed`` and CUDA are replaced by recorders where a

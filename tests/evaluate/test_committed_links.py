@@ -1,4 +1,4 @@
-"""The predicted links committed in ``docs/results/`` (issue 21 item 4), scored against the
+"""The predicted links committed in ``docs/results/``, scored against the
 Hansards gold's test part (sentences 101–447) twice: by attnkit's AER and by Och & Ney's formula
 written out here on the raw files; both must give the AER docs/results.md states. Skipped when
 the Hansards data is absent (a clean clone)."""

@@ -3,7 +3,7 @@ decoder-only models with KV caches and generate(), encoder-decoders, on padded b
 
 Hidden states agree to 1e-4, weights to 1e-5 (both float32). Padding positions whose query has
 no admissible key are compared nowhere: eager spreads such a row uniformly over masked keys,
-attnkit returns zeros (DESIGN.md), and neither reaches a real token's output.
+attnkit returns zeros (docs/reliability.md), and neither reaches a real token's output.
 """
 
 from __future__ import annotations

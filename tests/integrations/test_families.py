@@ -20,7 +20,7 @@ from transformers import AutoModel, AutoModelForCausalLM
 
 import attnkit as ak
 from attnkit.evaluate import ablate
-from attnkit.integrations.huggingface import explain_model, swap_attention
+from attnkit.integrations.huggingface import swap_attention, view_model
 from attnkit.interpret import record
 
 VOCAB, LENGTH = 99, 6
@@ -337,29 +337,29 @@ def test_refused_family_is_refused_at_load(family, auto, tmp_path) -> None:
         with pytest.raises(ValueError, match=REFUSAL):
             auto.from_pretrained(tmp_path, attn_implementation="attnkit")
         with pytest.raises(ValueError, match=REFUSAL):
-            explain_model(tmp_path, "the cat sat")
+            view_model(tmp_path, "the cat sat")
 
 
-def test_bloom_loaded_eager_cannot_be_swapped_or_explained(tmp_path) -> None:
+def test_bloom_loaded_eager_cannot_be_swapped_or_viewed(tmp_path) -> None:
     bloom = AutoModel.from_config(REFUSED["bloom"](), attn_implementation="eager").eval()
     with pytest.raises(ValueError, match=REFUSAL):
         with swap_attention(bloom, align="sparsemax"):
             pass
     with pytest.raises(ValueError, match=REFUSAL):
-        explain_model(bloom, "the cat sat", tokenizer=object())
+        view_model(bloom, "the cat sat", tokenizer=object())
 
 
-def test_explain_hf_refuses_a_refused_family_in_one_line(tmp_path, capsys) -> None:
-    """``attnkit explain --hf`` on a BLOOM folder: exit 2, the one line, no page."""
+def test_view_hf_refuses_a_refused_family_in_one_line(tmp_path, capsys) -> None:
+    """``attnkit view --hf`` on a BLOOM folder: exit 2, the one line, no page."""
     from attnkit.cli import main
 
     AutoModel.from_config(REFUSED["bloom"](), attn_implementation="eager").save_pretrained(tmp_path)
     page = tmp_path / "page.html"
-    command = ["explain", "--hf", str(tmp_path), "--input", "hi", "--output", str(page)]
+    command = ["view", "--hf", str(tmp_path), "--input", "hi", "--output", str(page)]
     capsys.readouterr()  # transformers' progress bars of the saving above
     assert main(command) == 2
     stderr = capsys.readouterr().err
-    assert stderr == f"attnkit explain: error: BloomModel {REFUSAL}\n"
+    assert stderr == f"attnkit view: error: BloomModel {REFUSAL}\n"
     assert not page.exists()
 
 

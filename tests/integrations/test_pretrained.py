@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModel, BertConfig, GPT2Config, T5Config
 
-from attnkit.integrations.huggingface import explain_model, to_attnkit
+from attnkit.integrations.huggingface import to_attnkit, view_model
 
 SENTENCES = ["A man is playing a guitar.", "Someone plays an instrument on stage tonight.", "Hi"]
 
@@ -66,7 +66,7 @@ def page_data(path) -> dict:
 def test_viewer_of_a_local_encoder_directory(minilm_dir, minilm, tmp_path) -> None:
     eager, _, tokenizer = minilm
     text = "The cat sat on the mat."
-    path = explain_model(minilm_dir, text, output=tmp_path / "page.html")
+    path = view_model(minilm_dir, text, output=tmp_path / "page.html")
     data = json.dumps(page_data(path))
     tokens = tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
     assert tokens[0] == "[CLS]" and all(json.dumps(t) in data for t in tokens)
@@ -97,7 +97,7 @@ def test_viewer_of_a_decoder_and_an_encoder_decoder(minilm_dir, minilm, tmp_path
     torch.manual_seed(0)
     Model(config).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    path = explain_model(
+    path = view_model(
         tmp_path / "model", "I love you.", output=tmp_path / "page.html", max_new_tokens=4
     )
     maps = {m["name"]: m for m in page_data(path)["maps"]}
@@ -116,21 +116,21 @@ def test_viewer_of_a_decoder_and_an_encoder_decoder(minilm_dir, minilm, tmp_path
 def test_viewer_needs_attnkit_and_a_tokenizer(minilm) -> None:
     eager, ours, tokenizer = minilm
     with pytest.raises(ValueError, match="tokenizer"):
-        explain_model(ours, "hello")
+        view_model(ours, "hello")
     with pytest.raises(ValueError, match='attn_implementation="attnkit"'):
-        explain_model(eager, "hello", tokenizer=tokenizer)
+        view_model(eager, "hello", tokenizer=tokenizer)
 
 
-def test_attnkit_explain_hf_writes_the_viewer_of_a_local_model(minilm_dir, minilm, tmp_path):
-    """``attnkit explain --hf MODEL_DIR --input ...`` through the real command: the same page as
-    :func:`explain_model`, every layer and head of the model's own tokens."""
+def test_attnkit_view_hf_writes_the_viewer_of_a_local_model(minilm_dir, minilm, tmp_path):
+    """``attnkit view --hf MODEL_DIR --input ...`` through the real command: the same page as
+    :func:`view_model`, every layer and head of the model's own tokens."""
     import os
     import subprocess
     import sys
 
     _, _, tokenizer = minilm
     text, output = "The cat sat on the mat.", tmp_path / "cli.html"
-    command = ["explain", "--hf", str(minilm_dir), "--input", text, "--output", str(output)]
+    command = ["view", "--hf", str(minilm_dir), "--input", text, "--output", str(output)]
     done = subprocess.run(
         [sys.executable, "-m", "attnkit", *command],
         capture_output=True,
@@ -144,7 +144,7 @@ def test_attnkit_explain_hf_writes_the_viewer_of_a_local_model(minilm_dir, minil
     (entry,) = page_data(output)["maps"]
     assert torch.tensor(entry["weights"]).shape == (6, 12, len(tokens), len(tokens))
     both = subprocess.run(
-        [sys.executable, "-m", "attnkit", "explain", "somewhere", *command[1:]],
+        [sys.executable, "-m", "attnkit", "view", "somewhere", *command[1:]],
         capture_output=True,
         text=True,
         timeout=600,

@@ -1,4 +1,4 @@
-"""``explain --hf`` never runs a model directory's own code: no "run the custom code? [y/N]"
+"""``view --hf`` never runs a model directory's own code: no "run the custom code? [y/N]"
 prompt (one ``y`` would run it), a one-line refusal naming the directory instead."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel, BertTokenizer
 
-from attnkit.integrations.huggingface import explain_model
+from attnkit.integrations.huggingface import view_model
 
 
 def plant(folder, marker, name: str) -> None:
@@ -41,7 +41,7 @@ def test_a_directory_with_its_own_model_code_is_refused(tmp_path, monkeypatch, c
     (folder / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": auto_map}))
     answer_yes(monkeypatch)
     with pytest.raises(ValueError) as error:
-        explain_model(folder, "the cat sat", output=tmp_path / "page.html")
+        view_model(folder, "the cat sat", output=tmp_path / "page.html")
     message = str(error.value)
     assert "\n" not in message and str(folder) in message
     assert "configuration_evil.py" in message and "modeling_evil.py" in message
@@ -77,7 +77,7 @@ def test_a_directory_with_its_own_tokenizer_code_is_refused(tmp_path, monkeypatc
     with pytest.raises(
         ValueError, match=re.escape("tokenizer_config.json auto_map: tokenization_evil.py")
     ):
-        explain_model(folder, "the cat sat", output=tmp_path / "page.html")
+        view_model(folder, "the cat sat", output=tmp_path / "page.html")
     assert not marker.exists()
 
 
@@ -92,5 +92,5 @@ def test_a_known_model_type_loads_with_transformers_own_class(tmp_path, monkeypa
     config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
     (folder / "config.json").write_text(json.dumps(config))
     answer_yes(monkeypatch)
-    page = explain_model(folder, "the cat sat", output=tmp_path / "page.html")
+    page = view_model(folder, "the cat sat", output=tmp_path / "page.html")
     assert page.is_file() and not marker.exists()

@@ -1,4 +1,4 @@
-"""Fixtures shared by the viewer and ``attnkit explain`` tests: tiny trained translation runs,
+"""Fixtures shared by the viewer and ``attnkit view`` tests: tiny trained translation runs,
 an independent float64 recomputation of their attention. (Headless Chromium, ``browser``, is in
 tests/conftest.py: the docs site test uses it too.)"""
 
@@ -67,7 +67,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
             }
             directory = tmp_path_factory.mktemp(kind) / "run"
             # stop_after=3 < steps: a checkpoint at step 3 without the final evaluation and
-            # report, which explain does not need (and which would triple the fixture's time)
+            # report, which view does not need (and which would triple the fixture's time)
             train(validate(raw), run_dir=directory, stop_after=3, quiet=True, log=lambda s: None)
             directories[kind] = directory
     return directories

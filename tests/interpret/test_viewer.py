@@ -1,6 +1,6 @@
 """The HTML attention viewer: embedded data, escaping, validation, atomic writes, and the page
 itself driven in headless Chromium (system ``chromium`` + ``chromedriver``; skipped without them)
-— a synthetic page, and the pages ``attnkit explain`` writes for trained RNN and Transformer runs.
+— a synthetic page, and the pages ``attnkit view`` writes for trained RNN and Transformer runs.
 """
 
 import json
@@ -348,16 +348,16 @@ def test_page_renders_and_reacts_in_headless_chromium(browser, tmp_path):
     )
 
 
-# --- the pages `attnkit explain` writes, in the same browser --------------------------------
+# --- the pages `attnkit view` writes, in the same browser --------------------------------
 
 EXPLAINED = "I love you, Zorblax."  # "zorblax" is in no vocabulary: shown as "zorblax(unk)"
 
 
 @pytest.mark.parametrize("kind", ["bahdanau", "transformer"])
-def test_explain_page_renders_and_reacts_in_headless_chromium(
+def test_view_page_renders_and_reacts_in_headless_chromium(
     browser, runs, attention_reference, kind, tmp_path, capsys
 ):
-    """The page of ``attnkit explain RUN_DIR --input ...`` for a tiny trained run: every map,
+    """The page of ``attnkit view RUN_DIR --input ...`` for a tiny trained run: every map,
     layer and head the selectors offer shows the model's attention (recomputed without
     attnkit.interpret, float64), hovering reads one weight out, and Chromium logs no error."""
     from selenium.webdriver.common.by import By
@@ -365,8 +365,8 @@ def test_explain_page_renders_and_reacts_in_headless_chromium(
 
     from attnkit.cli import main
 
-    page = tmp_path / f"explain-{kind}.html"
-    command = ["explain", str(runs[kind]), "--input", EXPLAINED, "--output", str(page)]
+    page = tmp_path / f"view-{kind}.html"
+    command = ["view", str(runs[kind]), "--input", EXPLAINED, "--output", str(page)]
     assert main(command) == 0
     assert capsys.readouterr().out == f"attention viewer: {page}\n"
     reference = attention_reference(runs[kind], EXPLAINED)
@@ -423,7 +423,7 @@ def test_explain_page_renders_and_reacts_in_headless_chromium(
     assert value == browser.execute_script(f"return attentionViewer.value({row}, {column});")
     assert value == pytest.approx(cross[layer, head, row, column], abs=1e-5)
 
-    screenshot = tmp_path / f"explain-{kind}.png"
+    screenshot = tmp_path / f"view-{kind}.png"
     assert browser.save_screenshot(str(screenshot))
     assert screenshot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     import matplotlib.image

@@ -289,14 +289,14 @@ def test_a_2000_token_page_with_hostile_labels_opens_and_draws_in_chromium(brows
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
-def test_explain_hf_page_of_2000_tokens_fits_and_holds_the_models_attention(tmp_path):
-    """``attnkit explain --hf`` on 2,000 tokens (a tiny random BERT, 2 layers x 2 heads):
+def test_view_hf_page_of_2000_tokens_fits_and_holds_the_models_attention(tmp_path):
+    """``attnkit view --hf`` on 2,000 tokens (a tiny random BERT, 2 layers x 2 heads):
     the page is at most 20 MB and holds every head within half a step of transformers' own
     eager attention."""
     transformers = pytest.importorskip(
         "transformers", reason="optional: transformers is not installed (pip install -e .[hf])"
     )
-    from attnkit.integrations.huggingface import explain_model
+    from attnkit.integrations.huggingface import view_model
 
     words = ["the", "cat", "sat", "on", "mat", "dog", "ran", "."]
     (tmp_path / "vocab.txt").write_text(
@@ -312,7 +312,7 @@ def test_explain_hf_page_of_2000_tokens_fits_and_holds_the_models_attention(tmp_
     transformers.BertModel(config).save_pretrained(folder)
     text = " ".join(words[i % len(words)] for i in range(1998))  # + [CLS] and [SEP]
 
-    path = explain_model(folder, text, output=tmp_path / "page.html")
+    path = view_model(folder, text, output=tmp_path / "page.html")
     assert path.stat().st_size <= 20_000_000
     (entry,) = page_data(path.read_text(encoding="utf-8"))["maps"]
     assert len(entry["rows"]) == 2000 and entry["encoding"] == "quantised"

@@ -1,4 +1,4 @@
-"""KV-cache decoding equals the full causal forward (RELIABILITY.md: 1e-5 in float32).
+"""KV-cache decoding equals the full causal forward (1e-5 in float32).
 
 Ground truth: the model's full forward over all ``P + T`` tokens with a causal mask (no cache), run
 on the same parameters; the cached run prefills ``P`` tokens, then feeds the rest one at a time or
@@ -195,7 +195,7 @@ def test_kv_cache_bad_input() -> None:
     with pytest.raises(ValueError, match="window"):
         KVCache(4, window=0)
     cache = KVCache(4)
-    with pytest.raises(ValueError, match=r"\[B, G, T, d\]"):
+    with pytest.raises(ValueError, match=r"\[B, G, M, D\]"):
         cache.append(torch.randn(2, 3, 8), torch.randn(2, 3, 8))
     with pytest.raises(ValueError, match=r"lengths must be \[B=2\] in \[0, 3\]"):
         cache.append(torch.randn(2, 1, 3, 8), torch.randn(2, 1, 3, 8), torch.tensor([1, 4]))

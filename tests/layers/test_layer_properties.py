@@ -1,4 +1,4 @@
-"""Properties of self-attention layers (lecture notes 001; RELIABILITY.md's invariants).
+"""Properties of self-attention layers (docs/layers.md and docs/reliability.md).
 
 - without position information a self-attention layer is permutation-equivariant:
   ``layer(x[π]) = layer(x)[π]``; with any position scheme it is not;

@@ -180,7 +180,7 @@ def test_rope_runs_on_sdpa_and_alibi_on_tiled() -> None:
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="even"):
         RotaryEmbedding(7)
-    with pytest.raises(ValueError, match=r"x must be \[N, H, L, 8\]"):
+    with pytest.raises(ValueError, match=r"x must be \[B, H, L, D=8\]"):
         RotaryEmbedding(8)(torch.randn(1, 2, 3, 6), grid(1, 3))
     with pytest.raises(ValueError, match="positions must be"):
         RotaryEmbedding(8)(torch.randn(2, 2, 3, 8), grid(2, 4))

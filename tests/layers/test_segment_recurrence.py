@@ -268,9 +268,9 @@ def test_bad_inputs() -> None:
     good = torch.zeros(2, 4, E)
     with pytest.raises(ValueError, match=r"one tensor per layer \(2\), got 1"):
         model(tokens, [good])
-    with pytest.raises(ValueError, match=r"memory\[1\] must be \[B=2, M, E=16\]"):
+    with pytest.raises(ValueError, match=r"memory\[1\] must be \[B=2, R, E=16\]"):
         model(tokens, [good, torch.zeros(2, 4, E + 2)])
-    with pytest.raises(ValueError, match="same M"):
+    with pytest.raises(ValueError, match="same R"):
         model(tokens, [good, torch.zeros(2, 3, E)])
     with pytest.raises(ValueError, match="B=2"):
         model(tokens, [torch.zeros(3, 4, E)] * 2)
@@ -283,7 +283,7 @@ def test_bad_inputs() -> None:
     with pytest.raises(ValueError, match="mem_len must be >= 0, got -1"):
         TransformerXL(V, E, H, 2, mem_len=-1)
     layer = RecurrentTransformerLayer(E, H, 24)
-    with pytest.raises(ValueError, match=r"memory must be \[B=2, M, E=16\].*got \(2, 4, 8\)"):
+    with pytest.raises(ValueError, match=r"memory must be \[B=2, R, E=16\].*got \(2, 4, 8\)"):
         layer(torch.zeros(2, 3, E), torch.zeros(2, 4, 8))
     with pytest.raises(TypeError, match="memory must be a tensor"):
         layer(torch.zeros(2, 3, E), [good])  # type: ignore[arg-type]

@@ -132,10 +132,10 @@ def test_extras_keep_working_beside_the_blocks():
     decoder = TransformerDecoderLayer(E, H, FF, dropout=0.3, batch_first=True).train()
     tgt, memory = x_of(N, L, E), x_of(N, S, E, seed=2)
     torch.manual_seed(0)
-    _, weights = decoder(tgt, memory, need_weights=True)
+    weights = decoder(tgt, memory, need_weights=True).weights
     torch.testing.assert_close(weights.sum(-1), torch.ones(N, H, L), rtol=0, atol=1e-6)
     decoder.eval()
-    torch.testing.assert_close(decoder(tgt, memory, need_weights=True)[0], decoder(tgt, memory))
+    torch.testing.assert_close(decoder(tgt, memory, need_weights=True).output, decoder(tgt, memory))
 
 
 def test_transformer_reset_parameters_as_torch():
@@ -229,7 +229,7 @@ def test_nested_encoder_layer_and_stack_equal_torch_fast_path(layout, norm_first
 @pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("layer", ["encoder", "decoder"])
 def test_training_step_with_dropout_equals_torch_under_the_same_seed(layer, batch_first) -> None:
-    """Issue 18(c): dropout 0.1 keeps the fused path (SDPA's own dropout), and the layers make
+    """Dropout 0.1 keeps the fused path (SDPA's own dropout), and the layers make
     torch's random draws in torch's order and memory layout: with the same ``torch.manual_seed``
     the training-mode output and the gradients equal torch's; another seed gives another draw."""
     kwargs = {"dropout": 0.1, "batch_first": batch_first}

@@ -92,7 +92,7 @@ def test_training_weights_are_after_dropout_as_torch(average, masked):
 @pytest.mark.parametrize("masked", [False, True])
 def test_training_without_weights_draws_torch_dropout(masked):
     """need_weights=False in training (what torch's layers ask): SDPA's own dropout, so under the
-    same seed output and gradients equal torch's (issue 18(c): dropout keeps the fused path)."""
+    same seed output and gradients equal torch's (dropout keeps the fused path)."""
     reference, ours = pair(dropout=0.3)
     reference.train(), ours.train()
     x = torch.randn(N, L, E, requires_grad=True)

@@ -468,18 +468,18 @@ MODULES = [
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: type(m).__name__)
 def test_bad_input_names_expected_and_given(module: nn.Module) -> None:
-    with pytest.raises(ValueError, match=r"expects x \[B, C=8, H, W\], got \(2, 4, 3, 5\)"):
+    with pytest.raises(ValueError, match=r"expects x \[B, C=8, h, w\], got \(2, 4, 3, 5\)"):
         module(torch.randn(2, 4, 3, 5))
-    with pytest.raises(ValueError, match=r"expects x \[B, C=8, H, W\], got \(2, 8, 15\)"):
+    with pytest.raises(ValueError, match=r"expects x \[B, C=8, h, w\], got \(2, 8, 15\)"):
         module(torch.randn(2, 8, 15))
     with pytest.raises(TypeError, match="floating-point"):
         module(torch.ones(2, 8, 3, 5, dtype=torch.long))
 
 
 def test_bad_configuration_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"expects x \[B, C, H, W\], got \(8, 3, 5\)"):
+    with pytest.raises(ValueError, match=r"expects x \[B, C, h, w\], got \(8, 3, 5\)"):
         CBAMSpatialAttention()(torch.randn(8, 3, 5))
-    with pytest.raises(ValueError, match="H, W >= 2, got H=1, W=5"):
+    with pytest.raises(ValueError, match="h, w >= 2, got h=1, w=5"):
         NonLocalBlock(C, subsample=True)(torch.randn(2, C, 1, 5))
     with pytest.raises(ValueError, match=r"pairwise must be one of .* got 'cosine'"):
         NonLocalBlock(C, pairwise="cosine")  # type: ignore[arg-type]

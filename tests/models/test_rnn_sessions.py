@@ -1,6 +1,6 @@
 """The RNN decoders' fast attention step hands over to the engine while interpretation or
 ablation sessions watch, so ``interpret.record`` sees and ``evaluate.ablate`` replaces their
-attention (issue 7 items 1 and 4), with the same numbers as the fast path."""
+attention, with the same numbers as the fast path."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Supervised attention's teachers (IBM Model 1, fast_align; one direction or symmetrized) and the
-alignment head's loss in the translation pipeline (issue 21 item 3)."""
+alignment head's loss in the translation pipeline."""
 
 from __future__ import annotations
 

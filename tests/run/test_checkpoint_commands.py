@@ -1,5 +1,5 @@
 """``attnkit eval`` and ``attnkit train --resume`` on a checkpoint whose JSON is valid JSON with
-wrong content (issue 6 item 6, RELIABILITY.md): exit code 1, exactly one line on stderr naming
+wrong content (docs/reliability.md): exit code 1, exactly one line on stderr naming
 the file, no traceback, and nothing in the run directory changed."""
 
 from __future__ import annotations

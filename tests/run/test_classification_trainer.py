@@ -1,4 +1,4 @@
-"""The classification trainer (issue 9): a task trains in the shared loop, resumes bit-exactly,
+"""The classification trainer: a task trains in the shared loop, resumes bit-exactly,
 and its results carry the uniform-attention ablation column, checked against a hand computation.
 
 A toy task stands in for the real ones (each has its own tests): sequences of ordinary tokens with

@@ -1,4 +1,4 @@
-"""The command starts without PyTorch (issue 17 item 8), and the lazy package still gives every
+"""The command starts without PyTorch, and the lazy package still gives every
 public name (PEP 562 ``__getattr__``)."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _probe(*argv: str) -> tuple[str, str]:
     [
         ("--help",),
         ("--version",),
-        *[(command, "--help") for command in ("train", "eval", "translate", "explain", "demo")],
+        *[(command, "--help") for command in ("train", "eval", "translate", "view", "demo")],
         *[(command, "--help") for command in ("info", "zoo")],
     ],
 )

@@ -1,5 +1,5 @@
 """Run configurations: every shipped config validates; each kind of bad input is exit code 2 with
-one line on stderr naming the key's path (RELIABILITY.md, issue 6 item 3)."""
+one line on stderr naming the key's path (docs/reliability.md)."""
 
 from __future__ import annotations
 

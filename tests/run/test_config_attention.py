@@ -1,4 +1,4 @@
-"""model.attention / model.decoder_attention in run configurations (issue 8: every efficient
+"""model.attention / model.decoder_attention in run configurations (every efficient
 kind usable from configs): validated at config time (exit code 2, one line naming the key and
 the known kinds or the reason), kept out of the architecture of exact runs, and built into the
 model the config describes."""

@@ -1,4 +1,4 @@
-"""Fuzzing the configuration loader (issue 20 item 2): random mutations of the shipped configs
+"""Fuzzing the configuration loader: random mutations of the shipped configs
 in ``configs/`` — keys deleted, duplicated or unknown, values of the wrong type, huge, negative,
 non-finite or unicode, anchors and aliases, roots that are not mappings — go through
 :func:`attnkit.config.load_config` (what ``attnkit train`` and ``--check`` run). Each either

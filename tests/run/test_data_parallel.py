@@ -1,7 +1,7 @@
 """``torchrun --nproc-per-node 2 -m attnkit train``: two CPU processes (gloo), each on half of
 every global batch, end with the weights of one process trained on the whole batches, also when
 stopped and resumed; only rank 0 writes; a peer that dies or hangs stops rank 0 with one clear
-error line within ``--timeout`` (issue 11 items 1 and 4)."""
+error line within ``--timeout``."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def _weights(run_dir: Path) -> dict:
     return load_file(run_dir / "checkpoints" / "step-00000004.safetensors")
 
 
-#: a classification task (issue 9): a 3-hop memory network on generated questions
+#: a classification task: a 3-hop memory network on generated questions
 MEMORY_QA = {
     "name": "ddp-qa",
     "seed": 2,

@@ -1,6 +1,6 @@
 """``attnkit demo`` end to end at a tiny size (``--set`` overrides of its embedded
 configuration): what it prints, what it writes, and that ``attnkit eval`` and ``attnkit
-translate`` work on its run directory (issue 6 item 1)."""
+translate`` work on its run directory."""
 
 from __future__ import annotations
 

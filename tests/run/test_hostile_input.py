@@ -1,4 +1,4 @@
-"""Hostile configurations and flags through the real command (issue 20 item 1): each is exit
+"""Hostile configurations and flags through the real command: each is exit
 code 2 with one line on stderr naming the file or the flag and what was expected, fast, before
 anything is written; ``attnkit train --check`` validates without training."""
 
@@ -106,14 +106,14 @@ FLAGS = {
     "stop after 0": (["train", "c.yaml", "--stop-after", "0"], "train", "--stop-after"),
     "eval beam 0": (["eval", "runs/x", "--beam", "0"], "eval", "--beam"),
     "translate beam 0": (["translate", "runs/x", "hi", "--beam", "0"], "translate", "--beam"),
-    "explain beam 0": (["explain", "runs/x", "--input", "hi", "--beam", "0"], "explain", "--beam"),
+    "view beam 0": (["view", "runs/x", "--input", "hi", "--beam", "0"], "view", "--beam"),
     "info heads -1": (["info", "--heads", "-1"], "info", "--heads"),
     "info keys 0": (["info", "--keys", "0"], "info", "--keys"),
     "info dropout 1.5": (["info", "--dropout", "1.5"], "info", "--dropout"),
     "info dropout nan": (["info", "--dropout", "nan"], "info", "--dropout"),
-    "explain into a missing folder": (
-        ["explain", "runs/x", "--input", "hi", "--output", "no/such/folder/x.html"],
-        "explain",
+    "view into a missing folder": (
+        ["view", "runs/x", "--input", "hi", "--output", "no/such/folder/x.html"],
+        "view",
         "--output: the folder",
     ),
 }

@@ -1,4 +1,4 @@
-"""One training pipeline (issue 17 item 5): every corpus has a job behind one interface, a run
+"""One training pipeline: every corpus has a job behind one interface, a run
 directory restores its job, and the library never imports the application."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""What ``attnkit train`` and ``attnkit explain`` may write, and where: a planted ``.lock`` is never
+"""What ``attnkit train`` and ``attnkit view`` may write, and where: a planted ``.lock`` is never
 followed, a failed set-up leaves no run directory behind (exit 2: nothing run or written), the
-settings a run is resumed with reach its ``config.yaml``, and ``explain --output`` replaces no file
+settings a run is resumed with reach its ``config.yaml``, and ``view --output`` replaces no file
 without ``--force`` and never one of a run's checkpoints."""
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def test_settings_changed_on_resume_reach_the_run_s_config_yaml(stopped, tmp_pat
     logged: list[str] = []
     train(changed, resume=run_dir, stop_after=3, quiet=True, log=logged.append)
     assert any("decode" in line for line in logged), logged  # the change was announced
-    assert Run.open(run_dir).config == changed  # what translate, eval and explain read
+    assert Run.open(run_dir).config == changed  # what translate, eval and view read
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["decode"]["max_length"] == 7
     assert not list(run_dir.glob(".config.yaml.*"))  # written atomically, no temporary left
     # resumed again with the same settings: the file is not rewritten
@@ -228,30 +228,30 @@ def test_a_resume_refused_for_its_architecture_leaves_config_yaml_alone(stopped,
     assert (run_dir / "config.yaml").read_text() == text
 
 
-# ------------------------------------------------------------------- explain --output
+# ---------------------------------------------------------------------- view --output
 
 
 @pytest.fixture(scope="module")
 def finished(stopped, tmp_path_factory) -> Path:
-    return _copy(stopped, tmp_path_factory.mktemp("explained") / "run")
+    return _copy(stopped, tmp_path_factory.mktemp("viewed") / "run")
 
 
-def test_explain_output_does_not_replace_a_file_without_force(finished, tmp_path, capsys):
+def test_view_output_does_not_replace_a_file_without_force(finished, tmp_path, capsys):
     page = tmp_path / "notes.html"
     page.write_text(SECRET)
-    args = ["explain", str(finished), "--input", "I love you.", "--output", str(page)]
+    args = ["view", str(finished), "--input", "I love you.", "--output", str(page)]
     assert main(args) == 2
-    err = _one_line(capsys.readouterr().err, "explain")
+    err = _one_line(capsys.readouterr().err, "view")
     assert f"--output: {page} exists; give --force to replace it" in err
     assert page.read_text() == SECRET
     assert main([*args, "--force"]) == 0
     assert page.read_text().startswith("<!DOCTYPE html>")
     fresh = tmp_path / "fresh.html"  # a new file needs no --force
-    assert main(["explain", str(finished), "--input", "I love you.", "--output", str(fresh)]) == 0
+    assert main(["view", str(finished), "--input", "I love you.", "--output", str(fresh)]) == 0
     assert fresh.is_file()
 
 
-def test_explain_output_never_writes_into_a_run_s_checkpoints(finished, tmp_path, capsys):
+def test_view_output_never_writes_into_a_run_s_checkpoints(finished, tmp_path, capsys):
     checkpoints = finished / "checkpoints"
     newest = checkpoints / "step-00000002.json"
     link = tmp_path / "page.html"
@@ -260,10 +260,10 @@ def test_explain_output_never_writes_into_a_run_s_checkpoints(finished, tmp_path
     before = {p.name: p.read_bytes() for p in checkpoints.iterdir()}
     for output in (newest, checkpoints / "new-page.html", link):
         for force in ([], ["--force"]):
-            args = ["explain", str(finished), "--input", "Hi.", "--output", str(output), *force]
+            args = ["view", str(finished), "--input", "Hi.", "--output", str(output), *force]
             assert main(args) == 2, output
-            err = _one_line(capsys.readouterr().err, "explain")
+            err = _one_line(capsys.readouterr().err, "view")
             assert "is in the run's checkpoints folder" in err and str(checkpoints) in err
     assert {p.name: p.read_bytes() for p in checkpoints.iterdir()} == before
     assert link.is_symlink()
-    assert build_parser().parse_args(["explain", "r", "--input", "x", "--force"]).force
+    assert build_parser().parse_args(["view", "r", "--input", "x", "--force"]).force

@@ -1,4 +1,4 @@
-"""Faults of a training run (issue 20 items 1 and 3): ``kill -9`` at many points of a short run
+"""Faults of a training run: ``kill -9`` at many points of a short run
 then ``--resume`` gives the checkpoint and metrics of an uninterrupted run; a torn last metrics
 line is dropped and reported; a full disk and a read-only run directory end in one line naming
 the path (exit 1) with nothing lost; a second writer is refused naming the holder's pid; a
@@ -495,9 +495,9 @@ def test_a_run_that_trains_on_through_nan_still_writes_its_report(diverged):
     assert (diverged / "report.html").is_file() and (diverged / "results.json").is_file()
 
 
-def test_explain_on_nan_weights_is_one_clear_line(diverged):
-    done = _cli("explain", str(diverged), "--input", "I love you.")
+def test_view_on_nan_weights_is_one_clear_line(diverged):
+    done = _cli("view", str(diverged), "--input", "I love you.")
     assert done.returncode == 1, done.stderr[-2000:]
-    _assert_one_line(done.stderr, "explain")
+    _assert_one_line(done.stderr, "view")
     assert "step-00000006.json: the model's weights are not finite" in done.stderr
     assert "differs" not in done.stderr

@@ -1,5 +1,5 @@
 """Training runs: bit-exact resume in a new process, same seed → same metrics, every shipped
-configuration trains, and the commands on a trained run (issue 6 items 2, 3, 6, 7)."""
+configuration trains, and the commands on a trained run."""
 
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def test_a_data_root_that_is_not_the_hansards_folder_is_a_config_error(tmp_path,
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_every_config_trains_a_few_steps(tmp_path, path):
     overrides = ["train.steps=2", "train.eval_every=2", "train.checkpoint_every=null"]
-    if not load_config(path).is_translation:  # a classification task (issue 9)
+    if not load_config(path).is_translation:  # a classification task
         overrides += ["data.max_examples=64", "data.max_eval_examples=8"]
         config = load_config(path, overrides)
         run = train(config, runs_dir=tmp_path / "runs", quiet=True, log=_quiet_log)
@@ -291,9 +291,7 @@ def test_resume_refuses_a_different_architecture(trained, capsys, tmp_path):
     assert "model.embed_dim: saved 16, given 8" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "command", ["demo", "train", "eval", "translate", "explain", "zoo", "info"]
-)
+@pytest.mark.parametrize("command", ["demo", "train", "eval", "translate", "view", "zoo", "info"])
 def test_every_command_has_help(command, capsys):
     with pytest.raises(SystemExit) as info:
         main([command, "--help"])
@@ -301,10 +299,10 @@ def test_every_command_has_help(command, capsys):
     assert capsys.readouterr().out.startswith(f"usage: attnkit {command}")
 
 
-def test_explain_command_writes_one_page(trained, capsys, tmp_path):
+def test_view_command_writes_one_page(trained, capsys, tmp_path):
     run, _ = trained
     page = tmp_path / "page.html"
-    assert main(["explain", str(run.path), "--input", "I love you.", "--output", str(page)]) == 0
+    assert main(["view", str(run.path), "--input", "I love you.", "--output", str(page)]) == 0
     assert capsys.readouterr().out.strip() == f"attention viewer: {page}"
     text = page.read_text()
     assert text.startswith("<!DOCTYPE html>") and "cross-attention" in text

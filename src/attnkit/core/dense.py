@@ -40,7 +40,7 @@ def batched_gemm(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
     """``alpha · a @ b [B, H, x, z]`` of ``a [B, H, x, y]`` and ``b [B, H, y, z]``: one GEMM with
     ``alpha`` (no pass over the product to scale it) of the operands folded to 3-D.
 
-    The head views of a packed projection (``[N, L, 3E]`` split into heads) do not fold into
+    The head views of a packed projection (``[B, L, 3E]`` split into heads) do not fold into
     one batch axis, so folding would copy them, one more tensor at the peak beside the weights.
     Without autograd such operands are read in place instead: one strided batched GEMM per index
     of the shorter batch axis, into a new buffer (BLAS takes any row stride; at most

@@ -60,7 +60,7 @@ def multiquery_associative_recall(
         power_a: exponent ``a`` of the query-gap distribution ``∝ a·g^(a-1)``.
 
     Returns:
-        ``(inputs, targets)``, both ``[N, L]`` int64: tokens in ``0 .. V-1``; targets the value
+        ``(inputs, targets)``, both ``[B, L]`` int64: tokens in ``0 .. V-1``; targets the value
         at each query position and :data:`IGNORE` elsewhere (``D`` targets per row).
 
     Example:

@@ -69,7 +69,7 @@ _IDX_TYPES: dict[int, np.dtype] = {
 
 @dataclass(frozen=True, eq=False)
 class Image:
-    """One greyscale image: ``pixels`` ``[H, W]`` uint8 (0 = background) and its class index.
+    """One greyscale image: ``pixels`` ``[h, w]`` uint8 (0 = background) and its class index.
 
     ``source`` says where it came from (``"train/12345"``: the file and the row in it).
     """
@@ -128,7 +128,7 @@ def _fashion_mnist_arrays(root: Path) -> dict[str, np.ndarray]:
         images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
         if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
             raise ValueError(
-                f"Fashion-MNIST {split}: expected images [N, H, W] and labels [N], got "
+                f"Fashion-MNIST {split}: expected images [N, h, w] and labels [N], got "
                 f"{images.shape} and {labels.shape}"
             )
     return arrays

@@ -1,6 +1,6 @@
 """A Transformer encoder layer whose sequence is split over ranks (context parallelism).
 
-Every rank holds the same parameters and its own positions ``x [N, m, E]`` of the sequence. All
+Every rank holds the same parameters and its own positions ``x [B, m, E]`` of the sequence. All
 of the layer is position-wise — the q/k/v and output projections, layer norms, feed-forward
 block, dropout — and runs locally, except self-attention, which is :func:`ring_attention` over the
 ranks. So activation memory per rank is that of ``n / W`` positions, and the layer computes
@@ -41,7 +41,7 @@ class ContextParallelEncoderLayer(nn.Module):
         group: the ranks the sequence is split over (``None``: the default group).
         layout: how the sequence was sharded (``"zigzag"`` or ``"contiguous"``).
 
-    Shapes: ``x [N, m, E]`` (``[m, N, E]`` unless ``layer.batch_first``), ``m`` local positions.
+    Shapes: ``x [B, m, E]`` (``[m, B, E]`` unless ``layer.batch_first``), ``m`` local positions.
 
     Example::
 
@@ -90,24 +90,24 @@ class ContextParallelEncoderLayer(nn.Module):
                 f"attention dropout ({mha.dropout}) is not supported by ring attention; set the "
                 "attention module's dropout to 0 (dropout after attention still works)"
             )
-        q = project_queries(mha, x)  # [N, H, m, d_k]
-        k, v = project_keys_values(mha, x, x)  # [N, G, m, d_k], [N, G, m, d_v]
+        q = project_queries(mha, x)  # [B, H, m, D]
+        k, v = project_keys_values(mha, x, x)  # [B, G, m, D], [B, G, m, Dv]
         if self.layer.rotary is not None:
             rank, world = rank_and_size(self.group)
             positions = local_positions(rank, world, x.shape[1], self.layout, x.device)
-            positions = positions.expand(x.shape[0], -1)  # [N, m]
+            positions = positions.expand(x.shape[0], -1)  # [B, m]
             q, k = self.layer.rotary(q, positions), self.layer.rotary(k, positions)
         context = ring_attention(
             q, k, v, self.group, is_causal, score=mha.score, length=length, layout=self.layout
-        ).context  # [N, H, m, d_v]
-        return mha.out_proj(context.transpose(1, 2).flatten(2))  # [N, m, E]
+        ).context  # [B, H, m, Dv]
+        return mha.out_proj(context.transpose(1, 2).flatten(2))  # [B, m, E]
 
     def forward(self, x: Tensor, *, is_causal: bool = False, length: int | None = None) -> Tensor:
         """This rank's output positions, like ``x``. ``length``: the real sequence length when
         the shards are padded (see :func:`~attnkit.distributed.ring_attention`).
 
         Args:
-            x: this rank's shard ``[N, m, E]`` (``[m, N, E]`` unless ``layer.batch_first``).
+            x: this rank's shard ``[B, m, E]`` (``[m, B, E]`` unless ``layer.batch_first``).
             is_causal: causal self-attention over the whole sequence.
             length: the real sequence length (``None``: ``W · m``, no padding).
 

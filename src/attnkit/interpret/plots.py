@@ -1,6 +1,6 @@
 """Heatmaps of attention (survey §4.2.2, manual inspection): one map, the alignment matrix of a
 translation (target words as rows, source words as columns, the weight in each cell — the
-encyclopedia's "I love you" figure), and a grid of a layer's heads.
+classic "I love you" figure), and a grid of a layer's heads.
 
 Figures are drawn on matplotlib's Agg canvas directly (no pyplot, no global backend switch), so
 they work on machines without a display and leave the user's matplotlib state alone.

@@ -4,7 +4,7 @@
 """
 
 from attnkit.layers.alibi import ALiBi, alibi_slopes
-from attnkit.layers.attention import cross_attend, exact_kinds, self_attend
+from attnkit.layers.attention import LayerOutput, cross_attend, exact_kinds, self_attend
 from attnkit.layers.kv_cache import (
     CrossAttentionCache,
     DecoderLayerCache,
@@ -27,6 +27,7 @@ from attnkit.layers.transformer import (
     TransformerDecoderLayer,
     TransformerEncoder,
     TransformerEncoderLayer,
+    TransformerLayer,
 )
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "CrossAttentionCache",
     "DecoderLayerCache",
     "KVCache",
+    "LayerOutput",
     "LearnedPositionalEmbedding",
     "RecurrentTransformerLayer",
     "RelativeMultiHeadAttention",
@@ -45,6 +47,7 @@ __all__ = [
     "TransformerDecoderLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
+    "TransformerLayer",
     "TransformerXL",
     "alibi_slopes",
     "cross_attend",

@@ -60,7 +60,7 @@ class ALiBi(nn.Module):
 
         >>> import torch, attnkit as ak
         >>> q = k = v = torch.randn(1, 4, 6, 8)
-        >>> pos = torch.arange(6).expand(1, 6)                # positions [N, L]
+        >>> pos = torch.arange(6).expand(1, 6)                # positions [B, L]
         >>> out = ak.attention(q, k, v, causal=True, score_mod=ALiBi(4).score_mod(pos, pos))
     """
 
@@ -73,7 +73,7 @@ class ALiBi(nn.Module):
 
     def score_mod(self, q_positions: Tensor, k_positions: Tensor) -> ScoreMod:
         """``score_mod(score, b, h, q_idx, kv_idx)`` adding ``−m_h · distance`` for queries at
-        ``q_positions [N, L]`` and keys at ``k_positions [N, S]``."""
+        ``q_positions [B, L]`` and keys at ``k_positions [B, N]``."""
         slopes = self.slopes
 
         def alibi(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:

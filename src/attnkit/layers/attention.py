@@ -9,14 +9,16 @@ needs to act between its projections and its attention: rotate queries and keys 
     q^(j) = R(pos_q) q W_q^(j)T,  K^(j) = R(pos_k) F W_K^(j)T  (rotary: R rotates pairs of features)
     e^(j)_{il} = score(q_i^(j), k_l^(j)) + bias_h(pos_q[i], pos_k[l])   (ALiBi / T5 score_mod)
 
-Shapes: N batch, L queries, S keys, E embed_dim, H query heads, G key/value heads.
+Shapes (the legend of :mod:`attnkit`): B batch, M queries, N keys, L a self-attended sequence,
+E embed_dim, H query heads, G key/value heads, D/Dv per-head sizes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol, overload
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +37,32 @@ class PositionBias(Protocol):
 
 
 class Rotary(Protocol):
-    """Rotates features by their positions (RoPE): ``x [N, H, L, d]``, ``positions [N, L]``."""
+    """Rotates features by their positions (RoPE): ``x [B, H, M, D]``, ``positions [B, M]``."""
 
     def __call__(self, x: Tensor, positions: Tensor) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class LayerOutput:
+    """What a Transformer layer (and :func:`self_attend`, :func:`cross_attend`) returns when
+    asked ``need_weights=True``; without it they return the output tensor alone.
+
+    Attributes:
+        output: the layer's (or attention's) output, in the input's layout, e.g. ``[B, M, E]``.
+        weights: the attention weights per head ``[B, H, M, N]`` (``[H, M, B]`` unbatched),
+            before dropout: the alignment a model reads or supervises. A cached step's keys are
+            the tokens its cache holds (a ragged row's missing ones with zero weight).
+
+    Example::
+
+        >>> mha = ak.MultiHeadAttention(16, 2, batch_first=True)
+        >>> out = self_attend(mha, torch.randn(2, 3, 16), need_weights=True)
+        >>> out.output.shape, out.weights.shape
+        (torch.Size([2, 3, 16]), torch.Size([2, 2, 3, 3]))
+    """
+
+    output: Tensor
+    weights: Tensor
 
 
 def _check_plain(mha: MultiHeadAttention) -> None:
@@ -49,7 +74,7 @@ def _check_plain(mha: MultiHeadAttention) -> None:
 
 
 def project_queries(mha: MultiHeadAttention, x: Tensor) -> Tensor:
-    """``q W_q^T + b_q`` of every head, ``[N, H, L, d_k]`` (eq. 38)."""
+    """``q W_q^T + b_q`` of every head, ``[B, H, M, D]`` (eq. 38)."""
     q_size = mha._sizes[0]
     w = mha.q_proj_weight if mha.in_proj_weight is None else mha.in_proj_weight[:q_size]
     b = None if mha.in_proj_bias is None else mha.in_proj_bias[:q_size]
@@ -61,7 +86,7 @@ def project_queries(mha: MultiHeadAttention, x: Tensor) -> Tensor:
 def project_keys_values(
     mha: MultiHeadAttention, key: Tensor, value: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """``F W_K^T + b_K`` and ``F W_V^T + b_V``, ``[N, G, S, d_k]`` and ``[N, G, S, d_v]``."""
+    """``F W_K^T + b_K`` and ``F W_V^T + b_V``, ``[B, G, N, D]`` and ``[B, G, N, Dv]``."""
     q_size, k_size, _v_size = mha._sizes
     b = mha.in_proj_bias
     b_k = None if b is None else b[q_size : q_size + k_size]
@@ -78,11 +103,14 @@ def project_keys_values(
 
 
 def _combine_heads(mha: MultiHeadAttention, context: Tensor) -> Tensor:
-    """Concatenate the heads and project (eq. 40): ``[N, H, L, d_v]`` → ``[N, L, E]``."""
+    """Concatenate the heads and project (eq. 40): ``[B, H, M, Dv]`` → ``[B, M, E]``."""
     return mha.out_proj(context.transpose(1, 2).flatten(2))
 
 
-def _attend(mha: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, **options: object) -> Tensor:
+def _attend(
+    mha: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, need_weights: bool, **options: object
+) -> tuple[Tensor, Tensor | None]:
+    """``(context [B, H, M, Dv], weights [B, H, M, N] or None)``, the weights before dropout."""
     out = mha.attention_kind(
         q,
         k,
@@ -90,16 +118,75 @@ def _attend(mha: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, **options:
         score=mha.score,
         align=mha.align,
         dropout=mha.dropout if mha.training else 0.0,
-        return_weights=False,
+        return_weights=need_weights,
         **options,
     )
-    return out.context
+    return out.context, out.weights
+
+
+def _module_call(
+    mha: MultiHeadAttention,
+    x: Tensor,
+    memory: Tensor,
+    attn_mask: Tensor | None,
+    key_padding_mask: Tensor | None,
+    is_causal: bool,
+    need_weights: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """``mha(x, memory, memory)`` as torch's layers call it; asked for weights, per head and
+    before dropout (the engine then picks the fastest backend that returns them)."""
+    return mha(
+        x,
+        memory,
+        memory,
+        attn_mask=attn_mask,
+        key_padding_mask=key_padding_mask,
+        need_weights=need_weights,
+        average_attn_weights=False,
+        is_causal=is_causal,
+        weights_after_dropout=False,
+    )
+
+
+def _result(output: Tensor, weights: Tensor | None, need_weights: bool) -> Tensor | LayerOutput:
+    if not need_weights:
+        return output
+    assert weights is not None
+    return LayerOutput(output, weights)
 
 
 def _to_batch_first(mha: MultiHeadAttention, *xs: Tensor) -> list[Tensor]:
     return [x if mha.batch_first else x.transpose(0, 1) for x in xs]
 
 
+@overload
+def self_attend(
+    mha: MultiHeadAttention,
+    x: Tensor,
+    *,
+    attn_mask: Tensor | None = ...,
+    key_padding_mask: Tensor | None = ...,
+    is_causal: bool = ...,
+    rotary: Rotary | None = ...,
+    position_bias: PositionBias | None = ...,
+    cache: KVCache | None = ...,
+    lengths: Tensor | None = ...,
+    need_weights: Literal[False] = ...,
+) -> Tensor: ...
+@overload
+def self_attend(
+    mha: MultiHeadAttention,
+    x: Tensor,
+    *,
+    attn_mask: Tensor | None = ...,
+    key_padding_mask: Tensor | None = ...,
+    is_causal: bool = ...,
+    rotary: Rotary | None = ...,
+    position_bias: PositionBias | None = ...,
+    cache: KVCache | None = ...,
+    lengths: Tensor | None = ...,
+    need_weights: Literal[True],
+) -> LayerOutput: ...
 def self_attend(
     mha: MultiHeadAttention,
     x: Tensor,
@@ -111,25 +198,29 @@ def self_attend(
     position_bias: PositionBias | None = None,
     cache: KVCache | None = None,
     lengths: Tensor | None = None,
-) -> Tensor:
+    need_weights: bool = False,
+) -> Tensor | LayerOutput:
     """Self-attention of ``x`` (in ``mha``'s layout) with positions and an optional KV cache.
 
     Without ``rotary``, ``position_bias`` and ``cache`` this is ``mha(x, x, x)`` exactly.
 
     Args:
         mha: the projections, score and alignment.
-        x: ``[N, L, E]`` if ``mha.batch_first`` else ``[L, N, E]``.
-        attn_mask, key_padding_mask: torch's conventions (bool ``True`` = NOT allowed, or float
-            added); not with ``cache`` (the cache's positions say which keys exist).
+        x: ``[B, L, E]`` if ``mha.batch_first`` else ``[L, B, E]``.
+        attn_mask: torch's ``[M, M]`` or ``[B·H, L, L]`` mask (bool ``True`` = NOT allowed, or
+            float added); not with ``cache`` (the cache's positions say which keys exist).
+        key_padding_mask: torch's ``[B, L]``, True (or ``-inf``) at padding; not with ``cache``.
         is_causal: query ``i`` sees keys ``j <= i`` (without ``attn_mask``; a hint with one, as
             in torch). Always the case with a cache.
         rotary: rotates queries and keys by their positions (RoPE) before the cache stores them.
         position_bias: adds ``bias(pos_q, pos_k)`` to the scores through a ``score_mod``.
         cache: the keys/values of earlier tokens; ``x`` holds the next ``L`` tokens.
-        lengths: ``[N]`` real tokens per row of ``x`` (right-padded ragged prompt), with a cache.
+        lengths: ``[B]`` real tokens per row of ``x`` (right-padded ragged prompt), with a cache.
+        need_weights: also return the attention weights per head, before dropout.
 
     Returns:
-        ``[N, L, E]`` (``[L, N, E]``) like ``x``.
+        ``[B, L, E]`` (``[L, B, E]``) like ``x``; with ``need_weights`` a :class:`LayerOutput`
+        of it and the weights ``[B, H, L, N]`` (``N = L``, or the tokens the cache holds).
 
     Example::
 
@@ -141,30 +232,22 @@ def self_attend(
         >>> prompt.shape, step.shape
         (torch.Size([2, 3, 16]), torch.Size([2, 1, 16]))
     """
+    if lengths is not None and cache is None:
+        raise ValueError("lengths= is for a cache; without one pass key_padding_mask")
     if rotary is None and position_bias is None and cache is None:
-        out, _ = mha(
-            x,
-            x,
-            x,
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            need_weights=False,
-            is_causal=is_causal,
-        )
-        return out
+        out, weights = _module_call(mha, x, x, attn_mask, key_padding_mask, is_causal, need_weights)
+        return _result(out, weights, need_weights)
     _check_plain(mha)
     if x.dim() != 3:
         raise ValueError(
-            f"positions and caches need batched input [N, L, E] or [L, N, E], got {tuple(x.shape)}"
+            f"positions and caches need batched input [B, L, E] or [L, B, E], got {tuple(x.shape)}"
         )
     (x,) = _to_batch_first(mha, x)
     n, length, _ = x.shape
-    q = project_queries(mha, x)  # [N, H, L, d_k]
-    k, v = project_keys_values(mha, x, x)  # [N, G, L, d_k], [N, G, L, d_v]
+    q = project_queries(mha, x)  # [B, H, L, D]
+    k, v = project_keys_values(mha, x, x)  # [B, G, L, D], [B, G, L, Dv]
     if cache is None:
-        if lengths is not None:
-            raise ValueError("lengths= is for a cache; without one pass key_padding_mask")
-        positions = torch.arange(length, device=x.device).expand(n, length)  # [N, L]
+        positions = torch.arange(length, device=x.device).expand(n, length)  # [B, L]
     else:
         positions = cache.query_positions(length, n, x.device)  # continue each row's count
     k_positions = positions  # the new keys are the tokens the queries stand at
@@ -190,13 +273,13 @@ def self_attend(
             options.update(mask=cached_mask(positions, k_positions, cache.window))
     if position_bias is not None:
         options["score_mod"] = position_bias.score_mod(positions, k_positions)
-    context = _attend(mha, q, k, v, **options)  # [N, H, L, d_v]
+    context, weights = _attend(mha, q, k, v, need_weights, **options)  # [B, H, L, Dv]
     out = _combine_heads(mha, context)
-    return out if mha.batch_first else out.transpose(0, 1)
+    return _result(out if mha.batch_first else out.transpose(0, 1), weights, need_weights)
 
 
 def cached_mask(q_positions: Tensor, k_positions: Tensor, window: int | None) -> Tensor:
-    """Bool ``[N, 1, L, S]``: key ``l`` exists (position ``>= 0``), is not in the future of query
+    """Bool ``[B, 1, M, N]``: key ``l`` exists (position ``>= 0``), is not in the future of query
     ``i`` and, with a window, lies in ``(pos_q - window, pos_q]``."""
     q = q_positions[:, None, :, None]
     k = k_positions[:, None, None, :]
@@ -206,6 +289,30 @@ def cached_mask(q_positions: Tensor, k_positions: Tensor, window: int | None) ->
     return allowed
 
 
+@overload
+def cross_attend(
+    mha: MultiHeadAttention,
+    x: Tensor,
+    memory: Tensor,
+    *,
+    attn_mask: Tensor | None = ...,
+    key_padding_mask: Tensor | None = ...,
+    is_causal: bool = ...,
+    cache: CrossAttentionCache | None = ...,
+    need_weights: Literal[False] = ...,
+) -> Tensor: ...
+@overload
+def cross_attend(
+    mha: MultiHeadAttention,
+    x: Tensor,
+    memory: Tensor,
+    *,
+    attn_mask: Tensor | None = ...,
+    key_padding_mask: Tensor | None = ...,
+    is_causal: bool = ...,
+    cache: CrossAttentionCache | None = ...,
+    need_weights: Literal[True],
+) -> LayerOutput: ...
 def cross_attend(
     mha: MultiHeadAttention,
     x: Tensor,
@@ -215,22 +322,25 @@ def cross_attend(
     key_padding_mask: Tensor | None = None,
     is_causal: bool = False,
     cache: CrossAttentionCache | None = None,
-) -> Tensor:
+    need_weights: bool = False,
+) -> Tensor | LayerOutput:
     """Cross-attention of ``x`` to the encoder's ``memory`` (survey: a basic query, §3.3.1);
     with ``cache`` the memory's keys/values are projected on the first call only.
 
     Args:
         mha: the projections, score and alignment.
-        x: the queries' source ``[N, L, E]`` if ``mha.batch_first`` else ``[L, N, E]``.
-        memory: ``[N, S, E]`` (``[S, N, E]``).
-        attn_mask: torch's ``[L, S]`` mask (bool ``True`` = NOT allowed, or float added); not
+        x: the queries' source ``[B, M, E]`` if ``mha.batch_first`` else ``[M, B, E]``.
+        memory: ``[B, N, E]`` (``[N, B, E]``).
+        attn_mask: torch's ``[M, B]`` mask (bool ``True`` = NOT allowed, or float added); not
             with ``cache``.
-        key_padding_mask: ``[N, S]``, True at the memory's padding.
+        key_padding_mask: ``[B, N]``, True at the memory's padding.
         is_causal: a hint that ``attn_mask`` is causal (torch's).
         cache: keeps the memory's keys and values between decoding steps.
+        need_weights: also return the attention weights per head, before dropout.
 
     Returns:
-        ``[N, L, E]`` (``[L, N, E]``) like ``x``.
+        ``[B, M, E]`` (``[M, B, E]``) like ``x``; with ``need_weights`` a :class:`LayerOutput`
+        of it and the weights ``[B, H, M, N]``.
 
     Example::
 
@@ -239,16 +349,10 @@ def cross_attend(
         torch.Size([2, 3, 16])
     """
     if cache is None:
-        out, _ = mha(
-            x,
-            memory,
-            memory,
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            need_weights=False,
-            is_causal=is_causal,
+        out, weights = _module_call(
+            mha, x, memory, attn_mask, key_padding_mask, is_causal, need_weights
         )
-        return out
+        return _result(out, weights, need_weights)
     _check_plain(mha)
     if attn_mask is not None:
         raise ValueError("a cached cross-attention takes key_padding_mask, not attn_mask")
@@ -260,9 +364,11 @@ def cross_attend(
         cache.allowed = engine_mask(allowed, bias)
     assert cache.v is not None
     q = project_queries(mha, x)
-    context = _attend(mha, q, cache.k, cache.v, mask=cache.allowed, causal=False)
+    context, weights = _attend(
+        mha, q, cache.k, cache.v, need_weights, mask=cache.allowed, causal=False
+    )
     out = _combine_heads(mha, context)
-    return out if mha.batch_first else out.transpose(0, 1)
+    return _result(out if mha.batch_first else out.transpose(0, 1), weights, need_weights)
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """Autoregressive decoding: greedy, temperature / top-k / top-p sampling, and beam search.
 
-Every strategy drives a *step function* ``step(tokens [N, T], caches) -> logits [N, T, V]``:
+Every strategy drives a *step function* ``step(tokens [B, T], caches) -> logits [B, T, V]``:
 
 - with caches (a list of per-layer caches with ``reorder``), ``tokens`` are the next tokens only
   and the caches are updated in place: one new token costs ``O(length)`` attention;
@@ -33,7 +33,7 @@ def _reorder(caches: Sequence[Any] | None, index: Tensor) -> None:
 
 
 def _last_logits(logits: Tensor, lengths: Tensor | None) -> Tensor:
-    """Logits after each row's last real token: ``[N, V]``."""
+    """Logits after each row's last real token: ``[B, V]``."""
     if lengths is None:
         return logits[:, -1]
     return logits[torch.arange(logits.shape[0], device=logits.device), lengths - 1]
@@ -49,7 +49,7 @@ def _generate(
     eos_token_id: int | None,
 ) -> Tensor:
     if prompt.dim() != 2 or prompt.shape[1] == 0:
-        raise ValueError(f"prompt must be [N, P] with P >= 1, got {tuple(prompt.shape)}")
+        raise ValueError(f"prompt must be [B, L] with L >= 1, got {tuple(prompt.shape)}")
     if lengths is not None and caches is None:
         raise ValueError("ragged prompts (lengths=) need caches")
     if max_new_tokens < 0:
@@ -65,7 +65,7 @@ def _generate(
             else _prefill_ragged(step, prompt, caches, lengths)
         )
         for i in range(max_new_tokens):
-            token = choose(_last_logits(logits, lengths if i == 0 else None))  # [N]
+            token = choose(_last_logits(logits, lengths if i == 0 else None))  # [B]
             if eos_token_id is not None:
                 token = torch.where(done, torch.full_like(token, eos_token_id), token)
                 done = done | (token == eos_token_id)
@@ -104,14 +104,14 @@ def greedy(
 
     Args:
         step: see the module docstring.
-        prompt: ``[N, P]`` token ids (right-padded when ``lengths`` is given).
+        prompt: ``[B, L]`` token ids (right-padded when ``lengths`` is given).
         max_new_tokens: tokens to generate.
         caches: per-layer caches (empty), or ``None`` to recompute the whole sequence each step.
-        lengths: ``[N]`` real prompt tokens per row (needs caches).
+        lengths: ``[B]`` real prompt tokens per row (needs caches).
         eos_token_id: rows that produced it keep producing it; stops when every row has.
 
     Returns:
-        ``[N, T]`` generated tokens (``T <= max_new_tokens``).
+        ``[B, T]`` generated tokens (``T <= max_new_tokens``).
     """
     return _generate(
         step, prompt, max_new_tokens, caches, lambda s: s.argmax(-1), lengths, eos_token_id
@@ -120,7 +120,7 @@ def greedy(
 
 def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
     """Keep the ``top_k`` largest logits and the smallest set whose probability reaches
-    ``top_p`` (nucleus), setting the rest to ``-inf``: ``[N, V] → [N, V]``."""
+    ``top_p`` (nucleus), setting the rest to ``-inf``: ``[B, V] → [B, V]``."""
     if top_k is not None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
@@ -190,13 +190,13 @@ def beam_search(
         beam_size: ``K``.
 
     Returns:
-        ``(tokens [N, T], scores [N])``: the best hypothesis per row (padded with
+        ``(tokens [B, T], scores [B])``: the best hypothesis per row (padded with
         ``eos_token_id``, or 0, after its end) and its normalised score.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if prompt.dim() != 2 or prompt.shape[1] == 0:
-        raise ValueError(f"prompt must be [N, P] with P >= 1, got {tuple(prompt.shape)}")
+        raise ValueError(f"prompt must be [B, L] with L >= 1, got {tuple(prompt.shape)}")
     n, k, device = prompt.shape[0], beam_size, prompt.device
     pad = 0 if eos_token_id is None else eos_token_id
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(n)]
@@ -217,10 +217,10 @@ def beam_search(
         sequence = prompt.repeat_interleave(k, 0)
         logits = step(sequence, caches)
         for t in range(max_new_tokens):
-            logp = logits[:, -1].float().log_softmax(-1)  # [N·K, V]
+            logp = logits[:, -1].float().log_softmax(-1)  # [B·K, V]
             vocab = logp.shape[-1]
             candidates = (scores[:, :, None] + logp.view(n, k, vocab)).view(n, k * vocab)
-            top_scores, top_ids = candidates.topk(min(2 * k, k * vocab), -1)  # [N, 2K]
+            top_scores, top_ids = candidates.topk(min(2 * k, k * vocab), -1)  # [B, 2K]
             new_scores = torch.full((n, k), float("-inf"), device=device)
             parents = torch.zeros(n, k, dtype=torch.long, device=device)
             tokens = torch.full((n, k), pad, dtype=torch.long, device=device)
@@ -280,7 +280,7 @@ def seq2seq_step(
     """A step function for an encoder–decoder :class:`~attnkit.layers.Transformer`
     (``batch_first=True``): ``head(model.decode(embed(tokens), memory, caches=caches))``.
 
-    ``memory [N, S, E]`` must already be repeated per beam for beam search
+    ``memory [B, S, E]`` must already be repeated per beam for beam search
     (``memory.repeat_interleave(K, 0)``). Without caches the decoder runs causally over the whole
     target so far.
     """

@@ -4,7 +4,7 @@ A decoder's self-attention at step ``t`` needs the keys and values of every earl
 not change once computed (causal masking: a token never sees later ones), so they are projected
 once and kept. Each cached key carries its **position**, which makes the cache correct for
 
-- chunks: ``T`` new queries at positions ``p … p+T-1`` attend every cached key with position
+- chunks: ``M`` new queries at positions ``p … p+M-1`` attend every cached key with position
   ``<= `` their own (attnkit's causal mask is bottom-right aligned, the same thing when slots and
   positions agree);
 - ragged batches: a right-padded prompt marks its padding slots with position ``-1`` (never
@@ -16,7 +16,8 @@ once and kept. Each cached key carries its **position**, which makes the cache c
 Caches are for inference: buffers are written in place, so run decoding under
 ``torch.no_grad()`` / ``torch.inference_mode()``.
 
-Shapes: B batch, G key/value heads, C capacity (slots), S slots in use, T new tokens, d_k/d_v.
+Shapes (the legend of :mod:`attnkit`): B batch, G key/value heads, N_max capacity (slots), N slots
+in use (the keys), M new tokens (the queries), D/Dv.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ class KVCache:
     and device of the keys), so one cache object can be created before anything is known.
 
     Args:
-        capacity: slots ``C``; appending beyond it raises (a sliding-window cache evicts first,
-            so it needs ``C >= window - 1 + T`` for chunks of ``T``).
+        capacity: slots ``N_max``; appending beyond it raises (a sliding-window cache evicts first,
+            so it needs ``N_max >= window - 1 + M`` for chunks of ``M``).
         window: if given, a query at position ``p`` sees keys at positions ``p - window < j <= p``
             (exactly ``window`` keys, itself included, as :func:`attnkit.masks.sliding_window`),
             and keys no future query can see are evicted after every append.
@@ -43,7 +44,7 @@ class KVCache:
     Example::
 
         >>> cache = KVCache(capacity=16)
-        >>> k = v = torch.randn(2, 4, 3, 8)          # [B, G, T, d]
+        >>> k = v = torch.randn(2, 4, 3, 8)          # [B, G, M, D]
         >>> k_all, v_all, k_pos, q_pos = cache.append(k, v)
         >>> k_all.shape, q_pos.tolist()
         (torch.Size([2, 4, 3, 8]), [[0, 1, 2], [0, 1, 2]])
@@ -58,9 +59,9 @@ class KVCache:
             raise ValueError(f"window must be a positive int or None, got {window!r}")
         self.capacity, self.window = capacity, window
         self.size = 0  # slots in use
-        self.k: Tensor | None = None  # [B, G, C, d_k]
-        self.v: Tensor | None = None  # [B, G, C, d_v]
-        self.positions: Tensor | None = None  # [B, C] long; -1 = empty or padding
+        self.k: Tensor | None = None  # [B, G, N_max, D]
+        self.v: Tensor | None = None  # [B, G, N_max, Dv]
+        self.positions: Tensor | None = None  # [B, N_max] long; -1 = empty or padding
         self.next_position: Tensor | None = None  # [B] long: position of each row's next token
 
     def __repr__(self) -> str:
@@ -74,7 +75,7 @@ class KVCache:
         self.next_position = torch.zeros(b, dtype=torch.long, device=k.device)
 
     def query_positions(self, length: int, batch: int, device: torch.device) -> Tensor:
-        """Positions ``[B, T]`` of the next ``length`` tokens (``0 … T-1`` for an empty cache)."""
+        """Positions ``[B, M]`` of the next ``length`` tokens (``0 … M-1`` for an empty cache)."""
         if self.next_position is None:
             start = torch.zeros(batch, dtype=torch.long, device=device)
         elif self.next_position.shape[0] != batch:
@@ -88,17 +89,17 @@ class KVCache:
     def append(
         self, k: Tensor, v: Tensor, lengths: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Store ``T`` new keys/values and return everything attention needs.
+        """Store ``M`` new keys/values and return everything attention needs.
 
         Args:
-            k: new keys ``[B, G, T, d_k]`` (already rotated, if rotary positions are used).
-            v: new values ``[B, G, T, d_v]``.
-            lengths: ``[B]``, how many of the ``T`` tokens are real in each row (right padding of
+            k: new keys ``[B, G, M, D]`` (already rotated, if rotary positions are used).
+            v: new values ``[B, G, M, Dv]``.
+            lengths: ``[B]``, how many of the ``M`` tokens are real in each row (right padding of
                 a ragged prompt); the rest get position ``-1`` and are never attended.
 
         Returns:
-            ``(k_all [B, G, S, d_k], v_all [B, G, S, d_v], key_positions [B, S],
-            query_positions [B, T])``: views of the cache including the new tokens.
+            ``(k_all [B, G, N, D], v_all [B, G, N, Dv], key_positions [B, N],
+            query_positions [B, M])``: views of the cache including the new tokens.
 
         Raises:
             ValueError: if the tokens do not fit in the remaining capacity, or shapes differ from
@@ -106,7 +107,7 @@ class KVCache:
         """
         if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
             raise ValueError(
-                f"k and v must be [B, G, T, d] with equal B, G, T, got {tuple(k.shape)} and "
+                f"k and v must be [B, G, M, D] with equal B, G, M, got {tuple(k.shape)} and "
                 f"{tuple(v.shape)}"
             )
         if self.k is None:
@@ -124,7 +125,7 @@ class KVCache:
                 f"KV cache capacity exceeded: it holds {self.size} of {self.capacity} slots, "
                 f"cannot append {t} more"
             )
-        q_pos = self.query_positions(t, b, k.device)  # [B, T]
+        q_pos = self.query_positions(t, b, k.device)  # [B, M]
         if lengths is not None:
             lengths = torch.as_tensor(lengths, device=k.device)
             if lengths.shape != (b,) or (lengths < 0).any() or (lengths > t).any():
@@ -156,7 +157,7 @@ class KVCache:
         assert self.k is not None and self.v is not None and self.window is not None
         assert self.positions is not None and self.next_position is not None
         pos = self.positions[:, : self.size]
-        needed = (pos > (self.next_position[:, None] - self.window)).any(0)  # [S]
+        needed = (pos > (self.next_position[:, None] - self.window)).any(0)  # [N]
         keep = needed.nonzero().squeeze(1)
         if keep.numel() == self.size:
             return
@@ -184,9 +185,9 @@ class CrossAttentionCache:
     once, on the first decoding step, then reused (they do not depend on the target).
 
     Attributes:
-        k: the memory's keys ``[B, G, S, d_k]``; ``None`` before the first step.
-        v: the memory's values ``[B, G, S, d_v]``; ``None`` before the first step.
-        allowed: bool ``[B, 1, 1, S]`` (``True`` = a real memory position), or ``None``.
+        k: the memory's keys ``[B, G, N, D]``; ``None`` before the first step.
+        v: the memory's values ``[B, G, N, Dv]``; ``None`` before the first step.
+        allowed: bool ``[B, 1, 1, N]`` (``True`` = a real memory position), or ``None``.
 
     Example::
 
@@ -249,7 +250,7 @@ def reorder_caches(caches: list[KVCache] | list[DecoderLayerCache], index: Tenso
         >>> for cache in caches:
         ...     _ = cache.append(torch.randn(3, 1, 2, 8), torch.randn(3, 1, 2, 8))
         >>> reorder_caches(caches, torch.tensor([2, 2, 0]))
-        >>> caches[0].k.shape  # [B, G, C, d]: rows 2, 2, 0 of the batch
+        >>> caches[0].k.shape  # [B, G, N_max, D]: rows 2, 2, 0 of the batch
         torch.Size([3, 1, 4, 8])
     """
     for cache in caches:

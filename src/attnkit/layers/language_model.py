@@ -41,7 +41,7 @@ class CausalLanguageModel(nn.Module):
         window: sliding-window attention (each token sees itself and ``window - 1`` earlier
             ones), in the full forward and in the caches.
 
-    Shapes: ``tokens [N, T]`` (long) → ``logits [N, T, V]``.
+    Shapes: ``tokens [B, T]`` (long) → ``logits [B, T, V]``.
     """
 
     def __init__(
@@ -103,14 +103,14 @@ class CausalLanguageModel(nn.Module):
         """Logits of the next token at every position.
 
         Args:
-            tokens: ``[N, T]``; with ``caches``, the next ``T`` tokens of each row.
+            tokens: ``[B, T]``; with ``caches``, the next ``T`` tokens of each row.
             caches: from :meth:`new_caches`, updated in place.
-            lengths: ``[N]`` real tokens per row of right-padded ``tokens`` (with ``caches``);
+            lengths: ``[B]`` real tokens per row of right-padded ``tokens`` (with ``caches``);
                 each row then continues from its own length.
         """
         if tokens.dim() != 2 or tokens.dtype not in (torch.long, torch.int):
             raise ValueError(
-                f"tokens must be an integer tensor [N, T], got {tokens.dtype} {tuple(tokens.shape)}"
+                f"tokens must be an integer tensor [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
             )
         n, t = tokens.shape
         x = self.embedding(tokens)

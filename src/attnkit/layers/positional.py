@@ -4,9 +4,9 @@
   ``PE(p, 2i+1) = cos(p / 10000^{2i/d})``, fixed;
 - learned (Gehring et al. 2017; BERT, GPT): one trained vector per position.
 
-Both take explicit positions (``[N, L]`` integers), so a decoding step adds the encoding of its
+Both take explicit positions (``[B, L]`` integers), so a decoding step adds the encoding of its
 own position. Without any position information self-attention is permutation-equivariant
-(lecture notes 001): permuting the tokens permutes the outputs.
+(tests/layers/test_layer_properties.py): permuting the tokens permutes the outputs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _positions(x: Tensor, positions: Tensor | None, max_len: int) -> Tensor:
     if positions is None:
         positions = torch.arange(length, device=x.device).expand(n, length)
     if positions.shape[-1] != length:
-        raise ValueError(f"positions must be [N, {length}], got {tuple(positions.shape)}")
+        raise ValueError(f"positions must be [B, {length}], got {tuple(positions.shape)}")
     if positions.numel() and (int(positions.max()) >= max_len or int(positions.min()) < 0):
         raise ValueError(
             f"positions must lie in [0, {max_len}), got [{int(positions.min())}, "
@@ -39,7 +39,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         max_len: positions ``0 … max_len - 1`` are tabulated.
         dropout: dropout on the sum (the paper's P_drop).
 
-    Shapes: ``x [N, L, E]``, ``positions [N, L]`` (default ``0 … L-1``) → ``[N, L, E]``.
+    Shapes: ``x [B, L, E]``, ``positions [B, L]`` (default ``0 … L-1``) → ``[B, L, E]``.
 
     Example::
 
@@ -67,11 +67,11 @@ class SinusoidalPositionalEncoding(nn.Module):
         """Add the encodings of ``positions`` to ``x``.
 
         Args:
-            x: ``[N, L, E]``.
-            positions: int ``[N, L]`` in ``[0, max_len)``; ``None``: ``0 … L-1`` in every row.
+            x: ``[B, L, E]``.
+            positions: int ``[B, L]`` in ``[0, max_len)``; ``None``: ``0 … L-1`` in every row.
 
         Returns:
-            ``Drop(x + PE(positions))``, ``[N, L, E]``.
+            ``Drop(x + PE(positions))``, ``[B, L, E]``.
         """
         positions = _positions(x, positions, self.max_len)
         return self.dropout(x + self.pe.to(x.dtype)[positions])
@@ -85,7 +85,7 @@ class LearnedPositionalEmbedding(nn.Module):
         max_len: rows of the table: positions ``0 … max_len - 1``.
         dropout: dropout on the sum.
 
-    Shapes: ``x [N, L, E]``, ``positions [N, L]`` (default ``0 … L-1``) → ``[N, L, E]``.
+    Shapes: ``x [B, L, E]``, ``positions [B, L]`` (default ``0 … L-1``) → ``[B, L, E]``.
 
     Example::
 
@@ -103,11 +103,11 @@ class LearnedPositionalEmbedding(nn.Module):
         """Add the learned embeddings of ``positions`` to ``x``.
 
         Args:
-            x: ``[N, L, E]``.
-            positions: int ``[N, L]`` in ``[0, max_len)``; ``None``: ``0 … L-1`` in every row.
+            x: ``[B, L, E]``.
+            positions: int ``[B, L]`` in ``[0, max_len)``; ``None``: ``0 … L-1`` in every row.
 
         Returns:
-            ``Drop(x + P[positions])``, ``[N, L, E]``.
+            ``Drop(x + P[positions])``, ``[B, L, E]``.
         """
         positions = _positions(x, positions, self.max_len)
         return self.dropout(x + self.embedding(positions))

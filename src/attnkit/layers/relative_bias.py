@@ -108,7 +108,7 @@ class RelativePositionBias(nn.Module):
 
     def score_mod(self, q_positions: Tensor, k_positions: Tensor) -> ScoreMod:
         """``score_mod`` adding ``table[bucket(pos_k − pos_q), h]`` for queries at
-        ``q_positions [N, L]`` and keys at ``k_positions [N, S]``."""
+        ``q_positions [B, L]`` and keys at ``k_positions [B, N]``."""
         table = self.relative_attention_bias.weight  # [buckets, H]; the closure holds it
         bidirectional, num_buckets = self.bidirectional, self.num_buckets
         max_distance = self.max_distance

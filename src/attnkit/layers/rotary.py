@@ -20,10 +20,10 @@ class RotaryEmbedding(nn.Module):
     """Rotates pairs of features by position-dependent angles (RoPE).
 
     Args:
-        dim: ``d``, the per-head feature size to rotate (even).
+        dim: ``D``, the per-head feature size to rotate (even).
         base: ``θ_i = base^{-2i/d}`` (10000 in the paper).
 
-    Shapes: ``x [N, H, L, d]``, ``positions [N, L]`` (integers) → ``[N, H, L, d]``.
+    Shapes: ``x [B, H, L, D]``, ``positions [B, L]`` (integers) → ``[B, H, L, D]``.
 
     Example::
 
@@ -49,19 +49,19 @@ class RotaryEmbedding(nn.Module):
         """Rotate each feature pair ``(x_{2i}, x_{2i+1})`` of ``x`` by ``position · θ_i``.
 
         Args:
-            x: queries or keys ``[N, H, L, d]``.
-            positions: integers ``[N, L]`` (or ``[1, L]`` for every row).
+            x: queries or keys ``[B, H, L, D]``.
+            positions: integers ``[B, L]`` (or ``[1, L]`` for every row).
 
         Returns:
-            The rotated ``x``, ``[N, H, L, d]``.
+            The rotated ``x``, ``[B, H, L, D]``.
         """
         if x.dim() != 4 or x.shape[-1] != self.dim:
-            raise ValueError(f"x must be [N, H, L, {self.dim}], got {tuple(x.shape)}")
+            raise ValueError(f"x must be [B, H, L, D={self.dim}], got {tuple(x.shape)}")
         if positions.shape != (x.shape[0], x.shape[2]) and positions.shape != (1, x.shape[2]):
             raise ValueError(
-                f"positions must be [N={x.shape[0]}, L={x.shape[2]}], got {tuple(positions.shape)}"
+                f"positions must be [B={x.shape[0]}, L={x.shape[2]}], got {tuple(positions.shape)}"
             )
-        angles = positions.to(torch.float64)[:, None, :, None] * self.inv_freq  # [N, 1, L, d/2]
+        angles = positions.to(torch.float64)[:, None, :, None] * self.inv_freq  # [B, 1, L, D/2]
         cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), -1).flatten(-2)

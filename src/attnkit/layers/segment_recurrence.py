@@ -21,8 +21,8 @@ depend on the query's content (global content bias, global position bias).
 
 Computation, and why. Terms (a)+(c) are ``(q_i + u)^T k_j``: a plain scaled dot product, which
 attnkit's engine computes. Terms (b)+(d) are ``(q_i + v)^T r_{i-j}`` with ``r_δ = W_{k,R} R_δ``:
-we score every query against the projected table of all ``L + K - 1`` distances once
-(``P [B, H, L, L+K-1]``) and hand the engine a ``score_mod`` that *indexes* ``P`` at the distance
+we score every query against the projected table of all ``L + N - 1`` distances once
+(``P [B, H, L, L+N-1]``) and hand the engine a ``score_mod`` that *indexes* ``P`` at the distance
 of each (query, key) pair. The indexing is the exact equivalent of the paper's "relative shift"
 trick (pad, reshape, slice of ``P``), without its reshape: it is exact for every pair, future ones
 included, and it runs on every backend that takes a ``score_mod`` (the tiled one gives ``P`` its
@@ -30,13 +30,13 @@ gradient), so dropout, masks, fully-masked rows and attention recording are the 
 :meth:`RelativeMultiHeadAttention.relative_scores` returns the whole ``A`` explicitly.
 
 Causal masking is bottom-right aligned over ``[memory ∘ segment]``: query ``i`` (at key index
-``M + i``) sees all ``M`` memory states and the segment's keys ``j <= i``.
+``R + i``) sees all ``R`` memory states and the segment's keys ``j <= i``.
 
 Memory update (as the authors' code): ``m_new = SG([m ∘ h])[-mem_len:]``, the most recent
 ``mem_len`` states, so ``mem_len`` may exceed the segment length.
 
-Shapes: B batch, L segment length, M memory length, K = M + L keys, E d_model, H heads,
-d_head = E / H, V vocabulary.
+Shapes (the legend of :mod:`attnkit`): B batch, L segment length (the queries), R memory
+length, N = R + L keys, E d_model, H heads, D = E / H per head, V vocabulary.
 
 Taxonomy: the self-attention is "Self-Attentive" and "Multi-Head"; the stack of layers is
 "Multi-Hop" (§3.3.2, where the survey cites Transformer-XL as an extension of the Transformer).
@@ -93,12 +93,12 @@ def update_memory(memory: Tensor | None, hidden: Tensor, mem_len: int) -> Tensor
     """The next segment's memory of one layer: ``SG([memory ∘ hidden])[:, -mem_len:]``.
 
     Args:
-        memory: ``[B, M, E]`` or ``None`` (first segment).
+        memory: ``[B, R, E]`` or ``None`` (first segment).
         hidden: ``[B, L, E]``, this segment's input to the layer.
         mem_len: states kept (the most recent ones); 0 keeps none.
 
     Returns:
-        ``[B, min(M + L, mem_len), E]``, detached from the graph (the paper's stop-gradient:
+        ``[B, min(R + L, mem_len), E]``, detached from the graph (the paper's stop-gradient:
         the next segment's loss must not reach this segment).
 
     Example::
@@ -115,16 +115,16 @@ def update_memory(memory: Tensor | None, hidden: Tensor, mem_len: int) -> Tensor
 
 
 def _check_memory(x: Tensor, memory: Tensor | None) -> Tensor:
-    """``memory`` as ``[B, M, E]`` matching ``x [B, L, E]`` (empty when ``None``)."""
+    """``memory`` as ``[B, R, E]`` matching ``x [B, L, E]`` (empty when ``None``)."""
     if x.dim() != 3:
         raise ValueError(f"x must be [B, L, E], got {tuple(x.shape)}")
     if memory is None:
         return x.new_zeros(x.shape[0], 0, x.shape[2])
     if not isinstance(memory, Tensor):
-        raise TypeError(f"memory must be a tensor [B, M, E] or None, got {type(memory).__name__}")
+        raise TypeError(f"memory must be a tensor [B, R, E] or None, got {type(memory).__name__}")
     if memory.dim() != 3 or memory.shape[0] != x.shape[0] or memory.shape[2] != x.shape[2]:
         raise ValueError(
-            f"memory must be [B={x.shape[0]}, M, E={x.shape[2]}] like x {tuple(x.shape)}, "
+            f"memory must be [B={x.shape[0]}, R, E={x.shape[2]}] like x {tuple(x.shape)}, "
             f"got {tuple(memory.shape)}"
         )
     return memory
@@ -183,18 +183,18 @@ class RelativeMultiHeadAttention(nn.Module):
         self.taxonomy = {"query_type": "Self-Attentive", "query_multiplicity": "Multi-Head"}
 
     def _project(self, x: Tensor, memory: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """``q [B, H, L, d]``, ``k, v [B, H, K, d]`` and the position scores ``P`` of (b)+(d),
-        ``[B, H, L, L+K-1]``, one column per distance (see :func:`_distance_index`)."""
+        """``q [B, H, L, D]``, ``k, v [B, H, N, D]`` and the position scores ``P`` of (b)+(d),
+        ``[B, H, L, L+N-1]``, one column per distance (see :func:`_distance_index`)."""
         memory = _check_memory(x, memory).detach()  # SG(m): the memory is a constant
         length, keys = x.shape[1], memory.shape[1] + x.shape[1]
-        context = torch.cat((memory.to(x.dtype), x), dim=1)  # h̃ = [SG(m) ∘ h], [B, K, E]
-        q = project_queries(self.self_attn, x)  # [B, H, L, d]
-        k, v = project_keys_values(self.self_attn, context, context)  # [B, H, K, d]
-        # Every distance a (query, key) pair can have: δ = (M + i) - j in [-(L-1), K-1].
-        distances = torch.arange(-(length - 1), keys, device=x.device)  # [L+K-1]
+        context = torch.cat((memory.to(x.dtype), x), dim=1)  # h̃ = [SG(m) ∘ h], [B, N, E]
+        q = project_queries(self.self_attn, x)  # [B, H, L, D]
+        k, v = project_keys_values(self.self_attn, context, context)  # [B, H, N, D]
+        # Every distance a (query, key) pair can have: δ = (R + i) - j in [-(L-1), N-1].
+        distances = torch.arange(-(length - 1), keys, device=x.device)  # [L+N-1]
         r = self.position_proj(relative_sinusoids(distances, self.d_model, x.dtype))
-        r = r.unflatten(-1, (self.nhead, self.head_dim)).transpose(0, 1)  # [H, L+K-1, d]
-        p = (q + self.position_bias[:, None]) @ r.transpose(-1, -2)  # (b)+(d): [B, H, L, L+K-1]
+        r = r.unflatten(-1, (self.nhead, self.head_dim)).transpose(0, 1)  # [H, L+N-1, D]
+        p = (q + self.position_bias[:, None]) @ r.transpose(-1, -2)  # (b)+(d): [B, H, L, L+N-1]
         return q, k, v, p
 
     def relative_scores(self, x: Tensor, memory: Tensor | None = None) -> Tensor:
@@ -202,10 +202,10 @@ class RelativeMultiHeadAttention(nn.Module):
 
         Args:
             x: the segment ``[B, L, E]``.
-            memory: ``[B, M, E]`` or ``None``.
+            memory: ``[B, R, E]`` or ``None``.
 
         Returns:
-            ``[B, H, L, M + L]`` (keys: memory first, then the segment).
+            ``[B, H, L, R + L]`` (keys: memory first, then the segment).
         """
         q, k, _, p = self._project(x, memory)
         length, keys = q.shape[2], k.shape[2]
@@ -226,10 +226,10 @@ class RelativeMultiHeadAttention(nn.Module):
 
         Args:
             x: ``[B, L, E]``.
-            memory: ``[B, M, E]`` (the previous segment's inputs to this layer) or ``None``.
+            memory: ``[B, R, E]`` (the previous segment's inputs to this layer) or ``None``.
             causal: query ``i`` sees the memory and keys ``j <= i`` of the segment (bottom-right
-                aligned over ``M + L`` keys); ``False`` lets it see the whole segment.
-            return_weights: also return the attention weights ``[B, H, L, M + L]``.
+                aligned over ``R + L`` keys); ``False`` lets it see the whole segment.
+            return_weights: also return the attention weights ``[B, H, L, R + L]``.
 
         Returns:
             ``[B, L, E]`` (and the weights).
@@ -247,7 +247,7 @@ class RelativeMultiHeadAttention(nn.Module):
             dropout=self.self_attn.dropout if self.training else 0.0,
             return_weights=return_weights,
         )
-        # Concatenate the heads and project (W_o): [B, H, L, d] -> [B, L, E]
+        # Concatenate the heads and project (W_o): [B, H, L, D] -> [B, L, E]
         result = self.self_attn.out_proj(out.context.transpose(1, 2).flatten(2))
         if return_weights:
             assert out.weights is not None
@@ -259,8 +259,8 @@ class RelativeMultiHeadAttention(nn.Module):
 
 
 def _distance_index(i: Tensor, j: Tensor, length: int, keys: int) -> Tensor:
-    """Column of ``P`` holding distance ``δ = (M + i) - j`` for query ``i`` and key ``j``
-    (``M = keys - length``; columns run over ``δ = -(L-1) … K-1``)."""
+    """Column of ``P`` holding distance ``δ = (R + i) - j`` for query ``i`` and key ``j``
+    (``R = keys - length``; columns run over ``δ = -(L-1) … N-1``)."""
     return i + (keys - length) - j + (length - 1)
 
 
@@ -300,7 +300,7 @@ class RecurrentTransformerLayer(nn.Module):
             :class:`RelativeMultiHeadAttention` with attention dropout ``dropout``.
         device, dtype: keyword-only: of the parameters.
 
-    Shapes: ``x [B, L, E]``, ``memory [B, M, E]`` (this layer's inputs of earlier segments) →
+    Shapes: ``x [B, L, E]``, ``memory [B, R, E]`` (this layer's inputs of earlier segments) →
     ``[B, L, E]``. Always batch-first and causal (a language-model layer).
 
     Example::
@@ -341,7 +341,7 @@ class RecurrentTransformerLayer(nn.Module):
 
         Args:
             x: this segment ``[B, L, E]``.
-            memory: this layer's inputs of earlier segments ``[B, M, E]`` (``None``: none).
+            memory: this layer's inputs of earlier segments ``[B, R, E]`` (``None``: none).
 
         Returns:
             ``h [B, L, E]``.
@@ -420,7 +420,7 @@ class TransformerXL(nn.Module):
             return []
         if not isinstance(memory, (list, tuple)) or not all(isinstance(m, Tensor) for m in memory):
             raise TypeError(
-                f"memory must be a list of {len(self.layers)} tensors [B, M, E] (one per layer), "
+                f"memory must be a list of {len(self.layers)} tensors [B, R, E] (one per layer), "
                 f"got {type(memory).__name__}"
             )
         if len(memory) != len(self.layers):
@@ -431,7 +431,7 @@ class TransformerXL(nn.Module):
         for n, m in enumerate(memory):
             if m.dim() != 3 or tuple(m.shape) != (batch, length, self.d_model):
                 raise ValueError(
-                    f"memory[{n}] must be [B={batch}, M, E={self.d_model}] with the same M in "
+                    f"memory[{n}] must be [B={batch}, R, E={self.d_model}] with the same R in "
                     f"every layer, got shapes {[tuple(t.shape) for t in memory]}"
                 )
         return list(memory)
@@ -443,11 +443,11 @@ class TransformerXL(nn.Module):
 
         Args:
             tokens: ``[B, L]`` integer ids of the segment.
-            memory: from the previous call (``num_layers`` tensors ``[B, M, E]``, detached) or
+            memory: from the previous call (``num_layers`` tensors ``[B, R, E]``, detached) or
                 ``None`` for the first segment.
 
         Returns:
-            ``(logits [B, L, V], new_memory)``: ``new_memory[n]`` is ``[B, min(M + L, mem_len),
+            ``(logits [B, L, V], new_memory)``: ``new_memory[n]`` is ``[B, min(R + L, mem_len),
             E]``, the most recent inputs of layer ``n``.
         """
         if tokens.dim() != 2 or tokens.dtype not in (torch.long, torch.int):

@@ -18,12 +18,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnkit.core.kinds import AttentionKind
+from attnkit.layers.attention import LayerOutput
 from attnkit.layers.kv_cache import CrossAttentionCache, DecoderLayerCache, KVCache
 from attnkit.layers.transformer_layer import (
     Activation,
     AttentionSpec,
     TransformerDecoderLayer,
     TransformerEncoderLayer,
+    TransformerLayer,
     kind_attention,
 )
 from attnkit.mechanisms.nested import pad_nested
@@ -31,11 +33,13 @@ from attnkit.mechanisms.nested import pad_nested
 __all__ = [
     "Activation",
     "AttentionSpec",
+    "LayerOutput",
     "Transformer",
     "TransformerDecoder",
     "TransformerDecoderLayer",
     "TransformerEncoder",
     "TransformerEncoderLayer",
+    "TransformerLayer",
     "kind_attention",
 ]
 
@@ -97,34 +101,52 @@ class TransformerEncoder(nn.Module):
         *,
         caches: Sequence[KVCache] | None = None,
         lengths: Tensor | None = None,
-    ) -> Tensor:
+        need_weights: bool = False,
+    ) -> Tensor | LayerOutput:
         """torch's forward (``caches``, ``lengths``: see :class:`TransformerEncoderLayer`). A
         nested ``src`` (strided or jagged, no masks) is padded once for all layers and the
         output is nested like it, as torch's stack returns for nested input.
 
         Args:
-            src: ``[L, N, E]`` (``[N, L, E]`` with ``batch_first``, ``[L, E]`` unbatched).
-            mask: ``[L, L]`` or ``[N·H, L, L]``, bool (True = may *not* attend) or float.
-            src_key_padding_mask: ``[N, L]``, True at padding.
+            src: ``[L, B, E]`` (``[B, L, E]`` with ``batch_first``, ``[L, E]`` unbatched).
+            mask: ``[L, L]`` or ``[B·H, L, L]``, bool (True = may *not* attend) or float.
+            src_key_padding_mask: ``[B, L]``, True at padding.
             is_causal: a hint that ``mask`` is the causal mask.
             caches: one :class:`~attnkit.layers.KVCache` per layer (:meth:`new_caches`).
-            lengths: ``[N]``, the real tokens of each row (with ``caches``).
+            lengths: ``[B]``, the real tokens of each row (with ``caches``).
+            need_weights: also return the last layer's self-attention weights.
 
         Returns:
-            The last layer's output (after ``norm``), the shape of ``src``.
+            The last layer's output (after ``norm``), the shape of ``src``; with
+            ``need_weights`` a :class:`~attnkit.layers.LayerOutput` of it and the last layer's
+            self-attention weights per head ``[B, H, L, N]``, before dropout.
         """
         if src.is_nested:
             if mask is not None or src_key_padding_mask is not None or caches is not None:
                 raise ValueError("a nested src takes no mask, src_key_padding_mask or caches")
+            if need_weights:
+                raise ValueError("a nested src takes no need_weights (pad it to read the weights)")
             batch = pad_nested(src, "src")
             return batch.nested(self(batch.values, None, batch.padding, is_causal, lengths=lengths))
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"need one cache per layer ({len(self.layers)}), got {len(caches)}")
-        x = src
+        if need_weights and not self.layers:
+            raise ValueError("need_weights=True needs at least one encoder layer")
+        x, weights = src, None
         for i, layer in enumerate(self.layers):
-            cache = None if caches is None else caches[i]
-            x = layer(x, mask, src_key_padding_mask, bool(is_causal), cache=cache, lengths=lengths)
-        return x if self.norm is None else self.norm(x)
+            last = need_weights and i == len(self.layers) - 1
+            out = layer(
+                x,
+                mask,
+                src_key_padding_mask,
+                bool(is_causal),
+                cache=None if caches is None else caches[i],
+                lengths=lengths,
+                need_weights=last,
+            )
+            x, weights = (out.output, out.weights) if last else (out, None)
+        x = x if self.norm is None else self.norm(x)
+        return LayerOutput(x, weights) if need_weights else x
 
 
 class TransformerDecoder(nn.Module):
@@ -172,28 +194,28 @@ class TransformerDecoder(nn.Module):
         caches: Sequence[DecoderLayerCache] | None = None,
         lengths: Tensor | None = None,
         need_weights: bool = False,
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """torch's forward; with ``need_weights`` it returns ``(output, weights)``: the last
-        layer's cross-attention weights per head ``[N, H, L, S]`` (the alignment a translation
-        model reads), before dropout.
+    ) -> Tensor | LayerOutput:
+        """torch's forward; with ``need_weights`` it also returns the last layer's
+        cross-attention weights per head (the alignment a translation model reads), before
+        dropout.
 
         Args:
-            tgt: ``[T, N, E]`` (``[N, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
-            memory: the encoder's output ``[S, N, E]`` (``[N, S, E]`` with ``batch_first``).
-            tgt_mask: ``[T, T]`` or ``[N·H, T, T]``, bool (True = may *not* attend) or float.
-            memory_mask: ``[T, S]`` or ``[N·H, T, S]``, bool or float.
-            tgt_key_padding_mask: ``[N, T]``, True at padding.
-            memory_key_padding_mask: ``[N, S]``, True at padding.
+            tgt: ``[M, B, E]`` (``[B, M, E]`` with ``batch_first``, ``[M, E]`` unbatched).
+            memory: the encoder's output ``[N, B, E]`` (``[B, N, E]`` with ``batch_first``).
+            tgt_mask: ``[M, M]`` or ``[B·H, M, M]``, bool (True = may *not* attend) or float.
+            memory_mask: ``[M, B]`` or ``[B·H, M, N]``, bool or float.
+            tgt_key_padding_mask: ``[B, M]``, True at padding.
+            memory_key_padding_mask: ``[B, N]``, True at padding.
             tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
             memory_is_causal: a hint that ``memory_mask`` is the causal mask.
             caches: one :class:`~attnkit.layers.DecoderLayerCache` per layer
                 (:meth:`new_caches`); ``tgt`` then holds the next target tokens.
-            lengths: ``[N]``, the real target tokens of each row (with ``caches``).
+            lengths: ``[B]``, the real target tokens of each row (with ``caches``).
             need_weights: also return the last layer's cross-attention weights.
 
         Returns:
-            The output (after ``norm``), the shape of ``tgt``; with ``need_weights``,
-            ``(output, weights [N, H, T, S])``.
+            The output (after ``norm``), the shape of ``tgt``; with ``need_weights`` a
+            :class:`~attnkit.layers.LayerOutput` of it and the weights ``[B, H, M, N]``.
         """
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"need one cache per layer ({len(self.layers)}), got {len(caches)}")
@@ -201,6 +223,7 @@ class TransformerDecoder(nn.Module):
             raise ValueError("need_weights=True needs at least one decoder layer")
         x, weights = tgt, None
         for i, layer in enumerate(self.layers):
+            last = need_weights and i == len(self.layers) - 1
             out = layer(
                 x,
                 memory,
@@ -212,14 +235,11 @@ class TransformerDecoder(nn.Module):
                 memory_is_causal,
                 cache=None if caches is None else caches[i],
                 lengths=lengths,
-                need_weights=need_weights and i == len(self.layers) - 1,
+                need_weights=last,
             )
-            x, weights = out if isinstance(out, tuple) else (out, None)
+            x, weights = (out.output, out.weights) if last else (out, None)
         x = x if self.norm is None else self.norm(x)
-        if need_weights:
-            assert weights is not None
-            return x, weights
-        return x
+        return LayerOutput(x, weights) if need_weights else x
 
 
 class Transformer(nn.Module):
@@ -237,26 +257,20 @@ class Transformer(nn.Module):
     :meth:`forward` for generation (``decode(..., caches=self.decoder.new_caches(C))``).
 
     Args:
-        d_model: ``E``, the size of the embeddings.
+        d_model: ``E``, as :class:`TransformerLayer` (the embeddings' size).
         nhead: ``H``, heads per attention.
         num_encoder_layers: layers of the encoder stack.
         num_decoder_layers: layers of the decoder stack.
-        dim_feedforward: the feed-forward blocks' hidden size.
-        dropout: as in :class:`TransformerEncoderLayer`.
-        activation: of the feed-forward blocks: ``"relu"``, ``"gelu"`` or a callable.
+        dim_feedforward, dropout, activation: as :class:`TransformerLayer`, for every layer.
         custom_encoder: replaces the encoder stack.
         custom_decoder: replaces the decoder stack.
-        layer_norm_eps: of the layer norms.
-        batch_first: inputs and outputs ``[N, L, E]`` instead of ``[L, N, E]``.
-        norm_first: pre-norm layers.
-        bias: the linear layers and layer norms learn biases.
-        device: of the parameters.
-        dtype: of the parameters.
+        layer_norm_eps, batch_first, norm_first, bias: as :class:`TransformerLayer`.
+        device, dtype: of the parameters.
         decoder_attention: keyword-only: the decoder self-attention's kind, replacing
             ``attention`` there.
-        **layer_options: the keyword-only arguments of :class:`TransformerEncoderLayer`
-            (``attention``, ``score``, ``align``, ``num_kv_heads``, ``rotary``, ``position_bias``)
-            and ``cross_attention`` of :class:`TransformerDecoderLayer`, for every layer.
+        **layer_options: the keyword-only arguments of :class:`TransformerLayer` (``attention``,
+            ``cross_attention``, ``score``, ``align``, ``num_kv_heads``, ``rotary``,
+            ``position_bias``), for every layer.
 
     Example::
 
@@ -361,9 +375,10 @@ class Transformer(nn.Module):
         *,
         caches: Sequence[DecoderLayerCache] | None = None,
         need_weights: bool = False,
-    ) -> Tensor | tuple[Tensor, Tensor]:
+    ) -> Tensor | LayerOutput:
         """The decoder's output for ``tgt`` (the next target tokens when ``caches`` are given);
-        with ``need_weights``, ``(output, weights)`` as :meth:`TransformerDecoder.forward`."""
+        with ``need_weights`` a :class:`~attnkit.layers.LayerOutput` of it and the last layer's
+        cross-attention weights, as :meth:`TransformerDecoder.forward`."""
         return self.decoder(
             tgt,
             memory,
@@ -394,16 +409,16 @@ class Transformer(nn.Module):
         """torch's forward: encode ``src``, decode ``tgt`` against its memory.
 
         Args:
-            src: ``[S, N, E]`` (``[N, S, E]`` with ``batch_first``, ``[S, E]`` unbatched).
-            tgt: ``[T, N, E]`` (``[N, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
+            src: ``[S, B, E]`` (``[B, S, E]`` with ``batch_first``, ``[S, E]`` unbatched).
+            tgt: ``[T, B, E]`` (``[B, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
             src_mask: the encoder's self-attention mask ``[S, S]``, bool (True = may *not*
                 attend) or float.
             tgt_mask: the decoder's self-attention mask ``[T, T]`` (causal:
                 :meth:`generate_square_subsequent_mask`).
             memory_mask: the cross-attention mask ``[T, S]``.
-            src_key_padding_mask: ``[N, S]``, True at padding.
-            tgt_key_padding_mask: ``[N, T]``, True at padding.
-            memory_key_padding_mask: ``[N, S]``, True at padding.
+            src_key_padding_mask: ``[B, S]``, True at padding.
+            tgt_key_padding_mask: ``[B, T]``, True at padding.
+            memory_key_padding_mask: ``[B, S]``, True at padding.
             src_is_causal: a hint that ``src_mask`` is the causal mask.
             tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
             memory_is_causal: a hint that ``memory_mask`` is the causal mask.

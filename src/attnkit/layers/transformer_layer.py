@@ -31,7 +31,13 @@ from torch import Tensor, nn
 from attnkit.core.align import Align
 from attnkit.core.kinds import AttentionKind, kind_name
 from attnkit.core.scores import Score
-from attnkit.layers.attention import PositionBias, Rotary, cross_attend, self_attend
+from attnkit.layers.attention import (
+    LayerOutput,
+    PositionBias,
+    Rotary,
+    cross_attend,
+    self_attend,
+)
 from attnkit.layers.kv_cache import CrossAttentionCache, DecoderLayerCache, KVCache
 from attnkit.mechanisms.multi_head import MultiHeadAttention
 from attnkit.mechanisms.nested import pad_nested
@@ -118,9 +124,60 @@ def kind_attention(kind: str | AttentionKind, d_model: int, nhead: int) -> str |
     return MultiHeadAttention(d_model, nhead, batch_first=True, attention=kind)
 
 
-class _LayerBase(nn.Module):
-    """What encoder and decoder layers share: their construction, the feed-forward block,
-    layout and options."""
+def _given(**options: Any) -> dict[str, Any]:
+    """attnkit's per-call extras that are set (not ``None`` or ``False``): a block receives them
+    only when given, so a block overridden with torch's signature keeps working without them."""
+    return {
+        name: value for name, value in options.items() if value is not None and value is not False
+    }
+
+
+class TransformerLayer(nn.Module):
+    """What :class:`TransformerEncoderLayer` and :class:`TransformerDecoderLayer` share: their
+    arguments (documented here once), the residual connections around each block (post-norm
+    or ``norm_first``) and the feed-forward block.
+
+    The arguments are torch's, in torch's order and with its defaults, then attnkit's keyword-only
+    ones. Each layer writes each block once: ``x = residual(x, norm_i, block_i)`` where a block is
+    ``Drop(SA(x))``, ``Drop(CA(x, memory))`` or ``Drop(FF(x))``; the attention blocks take the
+    layer's positions (``rotary``, ``position_bias``), the call's KV cache and ``lengths``, and
+    return the weights when asked (``need_weights=True``: a :class:`LayerOutput`).
+
+    Args:
+        d_model: ``E``, the size of the inputs and outputs.
+        nhead: ``H``, the number of heads (``E`` divisible by ``H``).
+        dim_feedforward: the feed-forward block's hidden size.
+        dropout: on the attention weights, after each block and inside the feed-forward block.
+        activation: of the feed-forward block: ``"relu"``, ``"gelu"`` or a callable.
+        layer_norm_eps: of the layer norms.
+        batch_first: inputs and outputs ``[B, L, E]`` instead of ``[L, B, E]``.
+        norm_first: pre-norm (``x + Block(Norm(x))``) instead of post-norm.
+        bias: the linear layers and layer norms learn biases.
+        device: of the parameters.
+        dtype: of the parameters.
+        attention: keyword-only, as all below (attnkit's): an attention-kind name (``"exact"``
+            or one of :func:`attnkit.core.kinds.kind_names`), a configured kind object
+            (``SlidingWindowAttention(window=512)``, owned by this layer's attention: give each
+            layer its own), or a ready :class:`attnkit.MultiHeadAttention` (``embed_dim ==
+            d_model`` and ``batch_first=True``; the layer's own ``batch_first`` sets its inputs'
+            layout). Kinds other than ``"exact"`` run without attention-weight dropout.
+        cross_attention: as ``attention``, for the decoder's cross-attention to the memory
+            (``multihead_attn``, whose queries are "Basic": they come from the decoder's state,
+            §3.3.1); ``None`` (the encoder): no cross-attention.
+        score: any score name or object (or one per head), given to ``MultiHeadAttention``.
+        align: any alignment name or object, given to ``MultiHeadAttention``.
+        num_kv_heads: ``G``, grouped-query attention (``None``: one per query head).
+        rotary: rotates queries and keys by position (:class:`~attnkit.layers.RotaryEmbedding`),
+            in the self-attention.
+        position_bias: a score_mod position bias (:class:`~attnkit.layers.ALiBi`,
+            :class:`~attnkit.layers.RelativePositionBias`), in the self-attention.
+
+    Example::
+
+        >>> layer = TransformerEncoderLayer(32, 4, 64, batch_first=True, score="additive")
+        >>> isinstance(layer, TransformerLayer), layer.norm_first
+        (True, False)
+    """
 
     self_attn: MultiHeadAttention
     multihead_attn: MultiHeadAttention
@@ -156,8 +213,6 @@ class _LayerBase(nn.Module):
         rotary: Rotary | None,
         position_bias: PositionBias | None,
     ) -> None:
-        """The parts of both layers: ``self_attn``, (decoder) ``multihead_attn`` when
-        ``cross_attention`` is given, the feed-forward block and its norms."""
         super().__init__()
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
         options: dict[str, Any] = {"score": score, "align": align, "num_kv_heads": num_kv_heads}
@@ -196,7 +251,8 @@ class _LayerBase(nn.Module):
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
     def _batch_first(self, x: Tensor) -> Tensor:
-        """``[N, L, E]`` from the user's layout (torch's: ``[L, N, E]`` unless ``batch_first``)."""
+        """``[B, L, E]`` from the user's layout (torch's: ``[L, B, E]`` unless ``batch_first``);
+        the same swap takes it back."""
         return x if self.batch_first or x.dim() == 2 else x.transpose(0, 1)
 
     def _to(self, mha: MultiHeadAttention, x: Tensor) -> Tensor:
@@ -205,59 +261,25 @@ class _LayerBase(nn.Module):
         swap = x.dim() == 3 and mha.batch_first != self.batch_first
         return x.transpose(0, 1) if swap else x
 
-    def _mha(
-        self,
-        mha: MultiHeadAttention,
-        x: Tensor,
-        mem: Tensor,
-        attn_mask: Tensor | None,
-        key_padding_mask: Tensor | None,
-        is_causal: bool,
-    ) -> Tensor:
-        """``mha(x, mem, mem)[0]`` as torch's layers call it, in the layer's layout."""
-        q = self._to(mha, x)
-        kv = q if mem is x else self._to(mha, mem)  # self-attention: one projection product
-        out = mha(
-            q,
-            kv,
-            kv,
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            need_weights=False,
-            is_causal=is_causal,
-        )[0]
-        return self._to(mha, out)
+    def _back(
+        self, mha: MultiHeadAttention, out: Tensor | LayerOutput, dropout: nn.Dropout
+    ) -> Tensor | LayerOutput:
+        """An attention's result in the layer's layout, after the block's residual dropout (the
+        weights, when asked, stay before dropout: the alignment a model reads)."""
+        if isinstance(out, LayerOutput):
+            return LayerOutput(dropout(self._to(mha, out.output)), out.weights)
+        return dropout(self._to(mha, out))
 
-    def _plain(self, cache: object, lengths: Tensor | None) -> bool:
-        """Whether the self-attention is torch's (no positions, cache or lengths), so the
-        overridable ``_sa_block`` computes it."""
-        return (
-            cache is None and lengths is None and self.rotary is None and self.position_bias is None
-        )
-
-    def _self_attention(
-        self,
-        x: Tensor,
-        attn_mask: Tensor | None,
-        key_padding_mask: Tensor | None,
-        is_causal: bool,
-        cache: KVCache | None,
-        lengths: Tensor | None,
-    ) -> Tensor:
-        """The self-attention with attnkit's extras (rotary, position bias, KV cache, lengths),
-        in the layer's layout, without the residual dropout."""
-        out = self_attend(
-            self.self_attn,
-            self._to(self.self_attn, x),
-            attn_mask=attn_mask,
-            key_padding_mask=key_padding_mask,
-            is_causal=is_causal,
-            rotary=self.rotary,
-            position_bias=self.position_bias,
-            cache=cache,
-            lengths=lengths,
-        )
-        return self._to(self.self_attn, out)
+    def _residual(
+        self, x: Tensor, norm: nn.Module, block: Callable[[Tensor], Tensor | LayerOutput]
+    ) -> tuple[Tensor, Tensor | None]:
+        """``x + block(norm(x))`` (``norm_first``) or ``norm(x + block(x))``, and the block's
+        attention weights when it returns them."""
+        out = block(norm(x) if self.norm_first else x)
+        weights = None
+        if isinstance(out, LayerOutput):
+            out, weights = out.output, out.weights
+        return (x + out if self.norm_first else norm(x + out)), weights
 
     def _sa_block(
         self,
@@ -265,51 +287,52 @@ class _LayerBase(nn.Module):
         attn_mask: Tensor | None,
         key_padding_mask: Tensor | None,
         is_causal: bool = False,
-    ) -> Tensor:
-        """torch's self-attention block: ``Drop(SA(x))`` (``dropout1``), in the layer's layout.
-        ``forward`` calls it whenever the layer runs without rotary, position bias, cache and
-        lengths, so a subclass may override it as it would torch's."""
-        x = self._mha(self.self_attn, x, x, attn_mask, key_padding_mask, is_causal)
-        return self.dropout1(x)
+        *,
+        cache: KVCache | None = None,
+        lengths: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> Tensor | LayerOutput:
+        """The self-attention block ``Drop(SA(x))`` (``dropout1``) in the layer's layout, with
+        the layer's positions and the call's cache and ``lengths`` (:func:`self_attend`).
+        Overridable with torch's signature: ``forward`` passes the keyword-only extras only when
+        a call sets them (with ``need_weights``, a :class:`LayerOutput`)."""
+        mha = self.self_attn
+        out = self_attend(
+            mha,
+            self._to(mha, x),
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            rotary=self.rotary,
+            position_bias=self.position_bias,
+            cache=cache,
+            lengths=lengths,
+            need_weights=need_weights,
+        )
+        return self._back(mha, out, self.dropout1)
+
+    @staticmethod
+    def _output(x: Tensor, weights: Tensor | None, need_weights: bool) -> Tensor | LayerOutput:
+        if not need_weights:
+            return x
+        assert weights is not None
+        return LayerOutput(x, weights)
 
 
-class TransformerEncoderLayer(_LayerBase):
-    """Self-attention and a feed-forward block (torch's ``TransformerEncoderLayer``).
+class TransformerEncoderLayer(TransformerLayer):
+    """Self-attention and a feed-forward block (torch's ``TransformerEncoderLayer``, a drop-in:
+    its constructor, parameter names, ``forward`` and overridable ``_sa_block`` / ``_ff_block``).
 
-    torch's arguments, in torch's order and with its defaults, then attnkit's keyword-only ones.
-
-    Args:
-        d_model: ``E``, the size of the inputs and outputs.
-        nhead: ``H``, the number of heads (``E`` divisible by ``H``).
-        dim_feedforward: the feed-forward block's hidden size.
-        dropout: on the attention weights, after each block and inside the feed-forward block.
-        activation: of the feed-forward block: ``"relu"``, ``"gelu"`` or a callable.
-        layer_norm_eps: of the layer norms.
-        batch_first: inputs and outputs ``[N, L, E]`` instead of ``[L, N, E]``.
-        norm_first: pre-norm (``x + Block(Norm(x))``) instead of post-norm.
-        bias: the linear layers and layer norms learn biases.
-        device: of the parameters.
-        dtype: of the parameters.
-        attention: keyword-only, as all below (attnkit's): an attention-kind name (``"exact"``
-            or one of :func:`attnkit.core.kinds.kind_names`), a configured kind object
-            (``SlidingWindowAttention(window=512)``, owned by this layer's attention: give each
-            layer its own), or a ready :class:`attnkit.MultiHeadAttention` (``embed_dim ==
-            d_model`` and ``batch_first=True``; the layer's own ``batch_first`` sets its inputs'
-            layout). Kinds other than ``"exact"`` run without attention-weight dropout.
-        score: any score name or object (or one per head), given to ``MultiHeadAttention``.
-        align: any alignment name or object, given to ``MultiHeadAttention``.
-        num_kv_heads: grouped-query attention (``None``: one per query head).
-        rotary: rotates queries and keys by position (:class:`~attnkit.layers.RotaryEmbedding`).
-        position_bias: a score_mod position bias (:class:`~attnkit.layers.ALiBi`,
-            :class:`~attnkit.layers.RelativePositionBias`).
-
-    Shapes: ``src [L, N, E]`` (``[N, L, E]`` with ``batch_first``, ``[L, E]`` unbatched).
+    The arguments are described once, in :class:`TransformerLayer`; this layer has no
+    ``cross_attention``.
 
     Example::
 
         >>> layer = TransformerEncoderLayer(32, 4, 64, batch_first=True, score="additive")
         >>> layer(torch.randn(2, 7, 32)).shape
         torch.Size([2, 7, 32])
+        >>> layer(torch.randn(2, 7, 32), need_weights=True).weights.shape
+        torch.Size([2, 4, 7, 7])
     """
 
     def __init__(
@@ -363,91 +386,65 @@ class TransformerEncoderLayer(_LayerBase):
         *,
         cache: KVCache | None = None,
         lengths: Tensor | None = None,
-    ) -> Tensor:
+        need_weights: bool = False,
+    ) -> Tensor | LayerOutput:
         """torch's forward; with ``cache`` (decoder-only models) ``src`` holds the next tokens
-        and attends them and every cached one causally (``lengths [N]``: real tokens per row).
+        and attends them and every cached one causally (``lengths [B]``: real tokens per row).
 
         ``src`` may be a nested tensor (strided or jagged, ``batch_first``; no masks): the
         output is nested like it (see :mod:`attnkit.mechanisms.nested`).
 
         Args:
-            src: ``[L, N, E]`` (``[N, L, E]`` with ``batch_first``, ``[L, E]`` unbatched).
-            src_mask: ``[L, L]`` or ``[N·H, L, L]``, bool (True = may *not* attend, torch's
+            src: ``[L, B, E]`` (``[B, L, E]`` with ``batch_first``, ``[L, E]`` unbatched).
+            src_mask: ``[L, L]`` or ``[B·H, L, L]``, bool (True = may *not* attend, torch's
                 convention) or float (added to the scores).
-            src_key_padding_mask: ``[N, L]``, True (or ``-inf``) at padding.
+            src_key_padding_mask: ``[B, L]``, True (or ``-inf``) at padding.
             is_causal: a hint that ``src_mask`` is the causal mask (or, with no mask, causal).
             cache: a :class:`~attnkit.layers.KVCache` for incremental decoding.
-            lengths: ``[N]``, the real tokens of each row (with ``cache``).
+            lengths: ``[B]``, the real tokens of each row (with ``cache``).
+            need_weights: also return the self-attention weights per head, before dropout.
 
         Returns:
-            The layer's output, the shape of ``src``.
+            The layer's output, the shape of ``src``; with ``need_weights`` a
+            :class:`LayerOutput` of it and the weights ``[B, H, L, N]`` (``N = L``, or the
+            tokens the cache holds).
         """
         if src.is_nested:
             if src_mask is not None or src_key_padding_mask is not None or cache is not None:
                 raise ValueError("a nested src takes no src_mask, src_key_padding_mask or cache")
+            if need_weights:
+                raise ValueError("a nested src takes no need_weights (pad it to read the weights)")
             if not self.batch_first:
                 raise ValueError("nested tensors need batch_first=True")
             batch = pad_nested(src, "src")
             out = self(batch.values, None, batch.padding, is_causal, lengths=lengths)
             return batch.nested(out)
-        x = src
-        if self._plain(cache, lengths):
-            attn = (src_mask, src_key_padding_mask)
-            if self.norm_first:
-                x = x + self._sa_block(self.norm1(x), *attn, is_causal=is_causal)
-                x = x + self._ff_block(self.norm2(x))
-            else:
-                x = self.norm1(x + self._sa_block(x, *attn, is_causal=is_causal))
-                x = self.norm2(x + self._ff_block(x))
-            return x
-        extras = (src_mask, src_key_padding_mask, is_causal, cache, lengths)
-        if self.norm_first:
-            x = x + self.dropout1(self._self_attention(self.norm1(x), *extras))
-            x = x + self._ff_block(self.norm2(x))
-        else:
-            x = self.norm1(x + self.dropout1(self._self_attention(x, *extras)))
-            x = self.norm2(x + self._ff_block(x))
-        return x
+        extras = _given(cache=cache, lengths=lengths, need_weights=need_weights)
+
+        def sa(x: Tensor) -> Tensor | LayerOutput:
+            return self._sa_block(x, src_mask, src_key_padding_mask, is_causal=is_causal, **extras)
+
+        x, weights = self._residual(src, self.norm1, sa)
+        x, _ = self._residual(x, self.norm2, self._ff_block)
+        return self._output(x, weights, need_weights)
 
 
-class TransformerDecoderLayer(_LayerBase):
+class TransformerDecoderLayer(TransformerLayer):
     """Self-attention, cross-attention to the encoder's memory, and a feed-forward block
-    (torch's ``TransformerDecoderLayer``). Arguments as :class:`TransformerEncoderLayer`, plus
-    ``cross_attention`` (kind name or module) for ``multihead_attn``, whose queries are
-    "Basic" (they come from the decoder's state, §3.3.1). Positions (rotary, position bias)
-    apply to the self-attention only.
+    (torch's ``TransformerDecoderLayer``, a drop-in: its constructor, parameter names,
+    ``forward`` and overridable ``_sa_block`` / ``_mha_block`` / ``_ff_block``).
 
-    Args:
-        d_model: ``E``, the size of the inputs and outputs.
-        nhead: ``H``, the number of heads (``E`` divisible by ``H``).
-        dim_feedforward: the feed-forward block's hidden size.
-        dropout: on the attention weights, after each block and inside the feed-forward block.
-        activation: of the feed-forward block: ``"relu"``, ``"gelu"`` or a callable.
-        layer_norm_eps: of the layer norms.
-        batch_first: inputs and outputs ``[N, L, E]`` instead of ``[L, N, E]``.
-        norm_first: pre-norm (``x + Block(Norm(x))``) instead of post-norm.
-        bias: the linear layers and layer norms learn biases.
-        device: of the parameters.
-        dtype: of the parameters.
-        attention: keyword-only, as all below (attnkit's): an attention-kind name (``"exact"``
-            or one of :func:`attnkit.core.kinds.kind_names`), a configured kind object
-            (``SlidingWindowAttention(window=512)``, owned by this layer's attention: give each
-            layer its own), or a ready :class:`attnkit.MultiHeadAttention` (``embed_dim ==
-            d_model`` and ``batch_first=True``; the layer's own ``batch_first`` sets its inputs'
-            layout). Kinds other than ``"exact"`` run without attention-weight dropout.
-        cross_attention: as ``attention``, for the cross-attention to the memory.
-        score: any score name or object (or one per head), given to ``MultiHeadAttention``.
-        align: any alignment name or object, given to ``MultiHeadAttention``.
-        num_kv_heads: grouped-query attention (``None``: one per query head).
-        rotary: rotates queries and keys by position (:class:`~attnkit.layers.RotaryEmbedding`).
-        position_bias: a score_mod position bias (:class:`~attnkit.layers.ALiBi`,
-            :class:`~attnkit.layers.RelativePositionBias`).
+    The arguments are described once, in :class:`TransformerLayer`; positions (``rotary``,
+    ``position_bias``) apply to the self-attention only.
 
     Example::
 
         >>> layer = TransformerDecoderLayer(32, 4, 64, batch_first=True)
-        >>> layer(torch.randn(2, 5, 32), torch.randn(2, 7, 32)).shape
+        >>> tgt, memory = torch.randn(2, 5, 32), torch.randn(2, 7, 32)
+        >>> layer(tgt, memory).shape
         torch.Size([2, 5, 32])
+        >>> layer(tgt, memory, need_weights=True).weights.shape  # the cross-attention's
+        torch.Size([2, 4, 5, 7])
     """
 
     def __init__(
@@ -487,59 +484,30 @@ class TransformerDecoderLayer(_LayerBase):
         attn_mask: Tensor | None,
         key_padding_mask: Tensor | None,
         is_causal: bool = False,
-    ) -> Tensor:
-        """torch's cross-attention block: ``Drop(CA(x, mem))`` (``dropout2``), in the layer's
-        layout; ``forward`` calls it without a cache or ``need_weights``. Overridable."""
-        x = self._mha(self.multihead_attn, x, mem, attn_mask, key_padding_mask, is_causal)
-        return self.dropout2(x)
+        *,
+        cache: CrossAttentionCache | None = None,
+        need_weights: bool = False,
+    ) -> Tensor | LayerOutput:
+        """The cross-attention block ``Drop(CA(x, mem))`` (``dropout2``) in the layer's layout,
+        with the call's cache (:func:`cross_attend`). Overridable with torch's signature:
+        ``forward`` passes the keyword-only extras only when a call sets them (with
+        ``need_weights``, a :class:`LayerOutput`)."""
+        mha = self.multihead_attn
+        out = cross_attend(
+            mha,
+            self._to(mha, x),
+            self._to(mha, mem),
+            attn_mask=attn_mask,
+            key_padding_mask=key_padding_mask,
+            is_causal=is_causal,
+            cache=cache,
+            need_weights=need_weights,
+        )
+        return self._back(mha, out, self.dropout2)
 
     def _ff_block(self, x: Tensor) -> Tensor:
         """torch's feed-forward block: ``Drop(FF(x))`` (``dropout3``); overridable."""
         return self.dropout3(self._feed_forward(x))
-
-    def _cross_attention(
-        self,
-        x: Tensor,
-        memory: Tensor,
-        attn_mask: Tensor | None,
-        key_padding_mask: Tensor | None,
-        is_causal: bool,
-        cache: CrossAttentionCache | None,
-        need_weights: bool,
-    ) -> tuple[Tensor, Tensor | None]:
-        """The cross-attention block with attnkit's extras: a cache, or the weights per head
-        (before dropout: the alignment a model reads). ``(Drop(CA(x, memory)), weights)``."""
-        mha = self.multihead_attn
-        if cache is None and not need_weights:
-            return self._mha_block(x, memory, attn_mask, key_padding_mask, is_causal), None
-        if need_weights:
-            if cache is not None:
-                raise ValueError("need_weights=True is for a whole target, not a cached step")
-            # asked of the module, as torch's MHA is: the engine picks the fastest backend
-            # that returns the weights
-            out, weights = mha(
-                self._to(mha, x),
-                self._to(mha, memory),
-                self._to(mha, memory),
-                attn_mask=attn_mask,
-                key_padding_mask=key_padding_mask,
-                need_weights=True,
-                average_attn_weights=False,
-                is_causal=is_causal,
-                weights_after_dropout=False,
-            )
-        else:
-            out = cross_attend(
-                mha,
-                self._to(mha, x),
-                self._to(mha, memory),
-                attn_mask=attn_mask,
-                key_padding_mask=key_padding_mask,
-                is_causal=is_causal,
-                cache=cache,
-            )
-            weights = None
-        return self.dropout2(self._to(mha, out)), weights
 
     def forward(
         self,
@@ -555,31 +523,29 @@ class TransformerDecoderLayer(_LayerBase):
         cache: DecoderLayerCache | None = None,
         lengths: Tensor | None = None,
         need_weights: bool = False,
-    ) -> Tensor | tuple[Tensor, Tensor]:
+    ) -> Tensor | LayerOutput:
         """torch's forward; with ``cache``, ``tgt`` holds the next target tokens (causal over
         the cached ones), and the memory's keys/values are projected on the first call only.
-        With ``need_weights`` (no cache) it returns ``(output, weights)``: the cross-attention
-        weights per head ``[N, H, L, S]``, before dropout.
 
         ``tgt`` and ``memory`` may be nested tensors (``batch_first``; no masks, no cache): the
         output is nested like ``tgt``.
 
         Args:
-            tgt: ``[T, N, E]`` (``[N, T, E]`` with ``batch_first``, ``[T, E]`` unbatched).
-            memory: the encoder's output ``[S, N, E]`` (``[N, S, E]`` with ``batch_first``).
-            tgt_mask: ``[T, T]`` or ``[N·H, T, T]``, bool (True = may *not* attend) or float.
-            memory_mask: ``[T, S]`` or ``[N·H, T, S]``, bool or float.
-            tgt_key_padding_mask: ``[N, T]``, True at padding.
-            memory_key_padding_mask: ``[N, S]``, True at padding.
+            tgt: ``[M, B, E]`` (``[B, M, E]`` with ``batch_first``, ``[M, E]`` unbatched).
+            memory: the encoder's output ``[N, B, E]`` (``[B, N, E]`` with ``batch_first``).
+            tgt_mask: ``[M, M]`` or ``[B·H, M, M]``, bool (True = may *not* attend) or float.
+            memory_mask: ``[M, B]`` or ``[B·H, M, N]``, bool or float.
+            tgt_key_padding_mask: ``[B, M]``, True at padding.
+            memory_key_padding_mask: ``[B, N]``, True at padding.
             tgt_is_causal: a hint that ``tgt_mask`` is the causal mask.
             memory_is_causal: a hint that ``memory_mask`` is the causal mask.
             cache: a :class:`~attnkit.layers.DecoderLayerCache` for incremental decoding.
-            lengths: ``[N]``, the real target tokens of each row (with ``cache``).
-            need_weights: also return the cross-attention weights.
+            lengths: ``[B]``, the real target tokens of each row (with ``cache``).
+            need_weights: also return the cross-attention weights per head, before dropout.
 
         Returns:
-            The output, the shape of ``tgt``; with ``need_weights``, ``(output, weights)`` with
-            the cross-attention weights ``[N, H, T, S]`` before dropout.
+            The output, the shape of ``tgt``; with ``need_weights`` a :class:`LayerOutput` of
+            it and the cross-attention weights ``[B, H, M, N]``.
         """
         if tgt.is_nested or memory.is_nested:
             masks = (tgt_mask, memory_mask, tgt_key_padding_mask, memory_key_padding_mask)
@@ -594,29 +560,21 @@ class TransformerDecoderLayer(_LayerBase):
             )  # fmt: skip
             assert isinstance(out, Tensor)
             return target.nested(out)
-        x = tgt
-        self_cache = None if cache is None else cache.self_attn
-        cross_cache = None if cache is None else cache.cross_attn
+        self_extras = _given(cache=None if cache is None else cache.self_attn, lengths=lengths)
+        cross_extras = _given(
+            cache=None if cache is None else cache.cross_attn, need_weights=need_weights
+        )
         tgt_is_causal = bool(tgt_is_causal)
 
-        def sa(y: Tensor) -> Tensor:
-            if self._plain(self_cache, lengths):
-                return self._sa_block(y, tgt_mask, tgt_key_padding_mask, is_causal=tgt_is_causal)
-            extras = (tgt_mask, tgt_key_padding_mask, tgt_is_causal, self_cache, lengths)
-            return self.dropout1(self._self_attention(y, *extras))
+        def sa(x: Tensor) -> Tensor | LayerOutput:
+            causal = tgt_is_causal
+            return self._sa_block(x, tgt_mask, tgt_key_padding_mask, causal, **self_extras)
 
-        ca = (memory_mask, memory_key_padding_mask, memory_is_causal, cross_cache, need_weights)
-        if self.norm_first:
-            x = x + sa(self.norm1(x))
-            attended, weights = self._cross_attention(self.norm2(x), memory, *ca)
-            x = x + attended
-            x = x + self._ff_block(self.norm3(x))
-        else:
-            x = self.norm1(x + sa(x))
-            attended, weights = self._cross_attention(x, memory, *ca)
-            x = self.norm2(x + attended)
-            x = self.norm3(x + self._ff_block(x))
-        if need_weights:
-            assert weights is not None
-            return x, weights
-        return x
+        def ca(x: Tensor) -> Tensor | LayerOutput:
+            padding, causal = memory_key_padding_mask, memory_is_causal
+            return self._mha_block(x, memory, memory_mask, padding, causal, **cross_extras)
+
+        x, _ = self._residual(tgt, self.norm1, sa)
+        x, weights = self._residual(x, self.norm2, ca)
+        x, _ = self._residual(x, self.norm3, self._ff_block)
+        return self._output(x, weights, need_weights)

@@ -2,7 +2,7 @@
 
 Feature-related (§3.1): co-attention, rotatory attention, attention-via-attention, hierarchical
 attention, multi-representational attention. Query-related (§3.3): self-attentive queries,
-multi-head, multi-hop and capsule-based attention. Beyond sequences (seed 001): convolutional
+multi-head, multi-hop and capsule-based attention. Beyond sequences (docs/beyond-sequences.md): convolutional
 attention in ``vision`` (squeeze-and-excitation, CBAM, non-local, criss-cross, dual attention),
 sets (Set Transformer), latents (Perceiver), associative memory (modern Hopfield, fast weights) and
 graphs (GAT, GATv2).

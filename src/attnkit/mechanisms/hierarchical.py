@@ -34,8 +34,8 @@ class IdentityEncoder(nn.Module):
     """The default encoder between levels: the features unchanged (the survey's Fig. 8).
 
     Every encoder of :class:`HierarchicalAttention` is called as ``encoder(features, mask)`` with
-    ``features [N, L, d_in]`` and bool ``mask [N, L]`` (True = a real element) and returns
-    ``[N, L, d_out]``.
+    ``features [B, L, d_in]`` and bool ``mask [B, L]`` (True = a real element) and returns
+    ``[B, L, d_out]``.
 
     Example::
 
@@ -48,8 +48,8 @@ class IdentityEncoder(nn.Module):
         """The features unchanged.
 
         Args:
-            features: ``[N, L, d]``.
-            mask: bool ``[N, L]``, True at real elements (unused).
+            features: ``[B, L, d]``.
+            mask: bool ``[B, L]``, True at real elements (unused).
 
         Returns:
             ``features`` itself.
@@ -68,8 +68,8 @@ class RecurrentEncoder(nn.Module):
     Args:
         rnn: a recurrent module built with ``batch_first=True``.
 
-    Shapes: ``features [N, L, d_in]``, bool ``mask [N, L]`` (True = a real element) →
-    ``[N, L, d_out]`` (``d_out`` = hidden size × directions).
+    Shapes: ``features [B, L, d_in]``, bool ``mask [B, L]`` (True = a real element) →
+    ``[B, L, d_out]`` (``d_out`` = hidden size × directions).
 
     Example::
 
@@ -94,11 +94,11 @@ class RecurrentEncoder(nn.Module):
         """The recurrence over the real elements of each sequence.
 
         Args:
-            features: ``[N, L, d_in]``.
-            mask: bool ``[N, L]``, True at real elements (``None``: all, run as one batch).
+            features: ``[B, L, d_in]``.
+            mask: bool ``[B, L]``, True at real elements (``None``: all, run as one batch).
 
         Returns:
-            ``[N, L, d_out]``, zero at padded positions.
+            ``[B, L, d_out]``, zero at padded positions.
         """
         if mask is None:
             return self.rnn(features)[0]
@@ -107,7 +107,7 @@ class RecurrentEncoder(nn.Module):
             return self.rnn(features)[0]
         # Real elements first, in their order (a stable sort), so packing drops exactly the padding
         # wherever it sits; the outputs are put back in place afterwards.
-        order = torch.sort((~mask).to(torch.int8), dim=-1, stable=True).indices  # [N, L]
+        order = torch.sort((~mask).to(torch.int8), dim=-1, stable=True).indices  # [B, L]
         gathered = features.gather(1, order.unsqueeze(-1).expand(-1, -1, features.shape[-1]))
         lengths = mask.sum(-1)
         # pack_padded_sequence refuses length 0: run such sequences over one element, then zero them.
@@ -183,7 +183,7 @@ class HierarchicalAttention(nn.Module):
             names are built with the level's sizes (query = key = ``d_word`` / ``d_sentence``).
         align: an alignment name or object, or a pair ``(word, sentence)``.
         d_hidden: ``d_w`` of the additive score (default: the level's size).
-        word_encoder: ``encoder(words [N, n_words, d_in], mask [N, n_words]) -> [N, n_words,
+        word_encoder: ``encoder(words [B, n_words, d_in], mask [B, n_words]) -> [N, n_words,
             d_word]``, run on each sentence (HAN: a bidirectional GRU, see
             :class:`RecurrentEncoder`); default :class:`IdentityEncoder`.
         sentence_encoder: ``encoder(C [B, n_S, d_word], mask [B, n_S]) -> [B, n_S, d_sentence]``;

@@ -1,13 +1,14 @@
 """Latent attention (Jaegle et al. 2021, "Perceiver", §2): a small learned latent array reads a
 long input by cross-attention, then thinks by self-attention among the latents.
 
-Self-attention over ``M`` inputs costs ``O(M²)``. The Perceiver instead asks ``N << M`` learned
+Self-attention over ``N`` inputs costs ``O(N²)``. The Perceiver instead asks ``P << N`` learned
 latent vectors to attend to the input (the *cross-attention*: queries from the latents, keys and
-values from the input, ``O(N·M)``), then runs a Transformer on the latents alone (the *latent
-self-attention*: ``O(N²)``, independent of ``M``). The pair can be repeated, each repeat reading
+values from the input, ``O(P·N)``), then runs a Transformer on the latents alone (the *latent
+self-attention*: ``O(P²)``, independent of ``N``). The pair can be repeated, each repeat reading
 the input again with the refined latents (weights shared between repeats after the first, as in
-the paper's ImageNet model). With ``L`` latent layers per block the cost is ``O(M·N + L·N²)``:
-compute and memory grow linearly with the input length (see benchmarks/perceiver_memory.py).
+the paper's ImageNet model). With ``layers`` latent layers per block the cost is
+``O(N·P + layers·P²)``: compute and memory grow linearly with the input length (see
+benchmarks/perceiver_memory.py).
 
 Both attentions are :class:`attnkit.MultiHeadAttention`, pre-LayerNorm with residual
 connections and a GELU MLP, as in the paper's Transformer-style blocks:
@@ -19,7 +20,8 @@ The input has no order as far as attention is concerned: without position featur
 latents are invariant to permutations of the input (the paper adds Fourier position features to
 the input when order matters; they are the caller's concern here).
 
-Shapes: B batch, M input length, C input channels, N latents, D latent size.
+Shapes (the legend of :mod:`attnkit`): B batch, N inputs (the cross-attention's keys), C input
+channels, P latents (its queries), D latent size.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class LatentCrossAttention(nn.Module):
     """The Perceiver's cross-attention block: latents ``z`` attend to the input ``x``.
 
     ``z ← z + MultiHead(LN(z), LN(x), LN(x))``, then ``z ← z + MLP(LN(z))``. Only the attention
-    touches the input, with ``N`` queries: ``O(N·M)`` time and memory.
+    touches the input, with ``P`` queries: ``O(P·N)`` time and memory.
 
     Args:
         d_latent: ``D``.
@@ -53,8 +55,8 @@ class LatentCrossAttention(nn.Module):
         dropout: on the attention weights and the residual branches, in training mode only.
         score, align: any attnkit score and alignment.
 
-    Shapes: ``latents [B, N, D]``, ``inputs [B, M, C]``, ``mask [B, M]`` (True = real input)
-    → ``[B, N, D]``.
+    Shapes: ``latents [B, P, D]``, ``inputs [B, N, C]``, ``mask [B, N]`` (True = real input)
+    → ``[B, P, D]``.
 
     Example::
 
@@ -100,12 +102,12 @@ class LatentCrossAttention(nn.Module):
         """The latents after reading the input.
 
         Args:
-            latents: ``z [B, N, D]``.
-            inputs: ``x [B, M, C]``.
-            mask: bool ``[B, M]``, True at real inputs (``None``: all).
+            latents: ``z [B, P, D]``.
+            inputs: ``x [B, N, C]``.
+            mask: bool ``[B, N]``, True at real inputs (``None``: all).
 
         Returns:
-            The updated latents ``[B, N, D]``.
+            The updated latents ``[B, P, D]``.
         """
         check_set(f"{type(self).__name__} (latents)", latents, self.d_latent, None)
         check_set(f"{type(self).__name__} (inputs)", inputs, self.d_input, mask)
@@ -122,7 +124,7 @@ class LatentSelfAttention(nn.Module):
     """The Perceiver's latent Transformer layer: the latents attend to each other.
 
     ``z ← z + MultiHead(LN(z), LN(z), LN(z))``, then ``z ← z + MLP(LN(z))`` (pre-LayerNorm, GELU),
-    ``O(N²)`` in the number of latents, independent of the input length. Its parameter names
+    ``O(P²)`` in the number of latents, independent of the input length. Its parameter names
     are those of a pre-norm ``attnkit.layers.TransformerEncoderLayer`` (``self_attn``,
     ``linear1``, ``linear2``, ``norm1``, ``norm2``), which computes the same; it is built here
     from the mechanisms' own pieces because mechanisms sit below layers in attnkit's layer order.
@@ -134,7 +136,7 @@ class LatentSelfAttention(nn.Module):
         dropout: on attention weights and residual branches (training mode only).
         score, align: any attnkit score and alignment.
 
-    Shapes: ``latents [B, N, D]`` → ``[B, N, D]``.
+    Shapes: ``latents [B, P, D]`` → ``[B, P, D]``.
 
     Example::
 
@@ -167,10 +169,10 @@ class LatentSelfAttention(nn.Module):
         """The latents after one self-attention layer.
 
         Args:
-            latents: ``z [B, N, D]``.
+            latents: ``z [B, P, D]``.
 
         Returns:
-            ``[B, N, D]``.
+            ``[B, P, D]``.
         """
         z = self.norm1(latents)
         latents = latents + self.dropout(self.self_attn(z, z, z, need_weights=False)[0])
@@ -216,7 +218,7 @@ class PerceiverEncoder(nn.Module):
     Args:
         d_input: ``C``, channels of the input elements.
         d_latent: ``D``, size of each latent vector.
-        num_latents: ``N``, the size of the latent array (the bottleneck).
+        num_latents: ``P``, the size of the latent array (the bottleneck).
         num_heads: heads of the latent self-attention (``D`` divisible by it).
         num_cross_heads: heads of the cross-attention (the paper: 1).
         num_latent_layers: latent Transformer layers after each cross-attention.
@@ -227,8 +229,8 @@ class PerceiverEncoder(nn.Module):
         dropout: on attention weights and residual branches, in training mode only.
         score, align: any attnkit score and alignment, for every attention.
 
-    Shapes: ``inputs [B, M, C]``, ``mask [B, M]`` (True = real input element) → latents
-    ``[B, N, D]`` (pool them, e.g. average, for a classifier).
+    Shapes: ``inputs [B, N, C]``, ``mask [B, N]`` (True = real input element) → latents
+    ``[B, P, D]`` (pool them, e.g. average, for a classifier).
 
     Example::
 
@@ -288,14 +290,14 @@ class PerceiverEncoder(nn.Module):
         )
 
     def forward(self, inputs: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Read ``inputs [B, M, C]`` (``mask [B, M]``: True = real) into the latents ``[B, N, D]``.
+        """Read ``inputs [B, N, C]`` (``mask [B, N]``: True = real) into the latents ``[B, P, D]``.
 
         Args:
-            inputs: ``x [B, M, C]``.
-            mask: bool ``[B, M]``, True at real inputs (``None``: all).
+            inputs: ``x [B, N, C]``.
+            mask: bool ``[B, N]``, True at real inputs (``None``: all).
 
         Returns:
-            The final latents ``[B, N, D]``.
+            The final latents ``[B, P, D]``.
         """
         check_set(type(self).__name__, inputs, self.d_input, mask)
         latents = self.latents.to(inputs.dtype).expand(inputs.shape[0], -1, -1)

@@ -12,8 +12,8 @@ Parameters and call conventions are torch's, so ``load_state_dict(torch_mha.stat
 existing call sites work unchanged; the attention of all heads is one :func:`attnkit.attention`
 call, so the engine picks its fastest exact path (SDPA, tiled online softmax, chunked).
 
-Einsum letters / shapes: N batch, H query heads, G key/value heads, L queries, S keys,
-E embed_dim, d_k / d_v per-head key and value sizes.
+Shapes (the legend of :mod:`attnkit`): B batch, H query heads, G key/value heads, M queries,
+N keys, E embed_dim, D / Dv per-head key and value sizes (the survey's d_k / d_v).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class MultiHeadAttention(nn.Module):
         add_zero_attn: append a zero key and value to every head (torch's).
         kdim: size of the keys before projection (default ``E``).
         vdim: size of the values before projection (default ``E``).
-        batch_first: inputs/outputs ``[N, L, E]`` instead of ``[L, N, E]``.
+        batch_first: inputs/outputs ``[B, M, E]`` instead of ``[M, B, E]``.
         device, dtype: of the parameters.
         num_kv_heads: ``G``, key/value heads (grouped-query attention; 1 = multi-query); each
             serves ``H / G`` query heads. Default ``H``.
@@ -91,9 +91,9 @@ class MultiHeadAttention(nn.Module):
 
     Parameters: with ``kdim == vdim == E`` and default head sizes and ``G == H``, the packed
     ``in_proj_weight [3E, E]`` (rows: ``W_q``, ``W_K``, ``W_V`` of all heads, head ``j`` at rows
-    ``j·d_k … (j+1)·d_k`` of each); otherwise ``q_proj_weight [H·d_k, E]``, ``k_proj_weight
-    [G·d_k, kdim]``, ``v_proj_weight [G·d_v, vdim]``. ``in_proj_bias`` is always packed
-    ``[H·d_k + G·d_k + G·d_v]``; ``out_proj`` is ``W_O``, an ``nn.Linear(H·d_v, E)``.
+    ``j·d_k … (j+1)·d_k`` of each); otherwise ``q_proj_weight [H·D, E]``, ``k_proj_weight
+    [G·D, kdim]``, ``v_proj_weight [G·Dv, vdim]``. ``in_proj_bias`` is always packed
+    ``[H·D + G·D + G·Dv]``; ``out_proj`` is ``W_O``, an ``nn.Linear(H·d_v, E)``.
 
     Example::
 
@@ -276,8 +276,8 @@ class MultiHeadAttention(nn.Module):
         )
 
     def _heads(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Eq. (38) for every head, in the engine's layout: ``q [N, H, L, d_k]``,
-        ``k [N, G, S', d_k]``, ``v [N, G, S', d_v]`` (``S'`` counts ``bias_k`` and the zero key
+        """Eq. (38) for every head, in the engine's layout: ``q [B, H, M, D]``,
+        ``k [B, G, N', D]``, ``v [B, G, N', Dv]`` (``N'`` counts ``bias_k`` and the zero key
         when enabled)."""
         n = query.shape[0]
         q, k, v = self._project(query, key, value)
@@ -293,7 +293,7 @@ class MultiHeadAttention(nn.Module):
         return q, k, v
 
     def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Eq. (38) for all heads at once: ``[N, L, H·d_k]``, ``[N, S, G·d_k]``, ``[N, S, G·d_v]``."""
+        """Eq. (38) for all heads at once: ``[B, M, H·D]``, ``[B, N, G·D]``, ``[B, N, G·Dv]``."""
         q_size, k_size, v_size = self._sizes
         b = self.in_proj_bias
         b_q, b_k, b_v = (None,) * 3 if b is None else b.split(self._sizes)
@@ -331,35 +331,35 @@ class MultiHeadAttention(nn.Module):
         """Attend ``key``/``value`` with ``query`` in every head and combine (eq. 38-40).
 
         Args:
-            query: ``[L, N, E]`` (``[N, L, E]`` with ``batch_first``) or unbatched ``[L, E]``.
-            key: ``[S, N, kdim]`` (``[N, S, kdim]``) or ``[S, kdim]``.
-            value: ``[S, N, vdim]`` (``[N, S, vdim]``) or ``[S, vdim]``.
-            key_padding_mask: ``[N, S]`` (``[S]`` unbatched); bool with ``True`` = padding,
+            query: ``[M, B, E]`` (``[B, M, E]`` with ``batch_first``) or unbatched ``[M, E]``.
+            key: ``[N, B, kdim]`` (``[B, N, kdim]``) or ``[N, kdim]``.
+            value: ``[N, B, vdim]`` (``[B, N, vdim]``) or ``[N, vdim]``.
+            key_padding_mask: ``[B, N]`` (``[N]`` unbatched); bool with ``True`` = padding,
                 IGNORED (torch's convention, the opposite of attnkit's), or float, added to the
                 scores (``-inf`` removes a key).
             need_weights: also return the attention weights.
-            attn_mask: ``[L, S]`` or ``[N·H, L, S]`` (``[H, L, S]`` unbatched); bool with
+            attn_mask: ``[M, N]`` or ``[B·H, M, N]`` (``[H, M, N]`` unbatched); bool with
                 ``True`` = NOT allowed (torch's), or float, added to the scores.
-            average_attn_weights: return the weights averaged over heads ``[N, L, S]``, else
-                per head ``[N, H, L, S]``.
+            average_attn_weights: return the weights averaged over heads ``[B, M, N]``, else
+                per head ``[B, H, M, N]``.
             is_causal: a hint that ``attn_mask`` is the causal mask (the mask is applied as
                 given); without ``attn_mask``, a causal mask (bottom-right: query ``i`` sees keys
-                ``j <= i + S - L``, top-left = bottom-right when ``L == S``).
+                ``j <= i + N - M``, top-left = bottom-right when ``M == N``).
             weights_after_dropout: in training mode with ``dropout > 0``, return the weights
                 after dropout (zeroed and rescaled: the ones that multiplied the values), as
                 torch does; ``False``: before dropout (e.g. an alignment to read or supervise).
 
         Nested tensors: ``query``, ``key``, ``value`` may be nested batches (``torch.nested``,
-        strided or jagged, ``batch_first`` only) of sequences ``[L_i, E]`` (query) and
-        ``[S_i, kdim]`` (key, value); the output is nested like ``query`` and the weights are
-        padded ``[N, max L_i, max S_i]``, zero past each sequence's end (torch's fast path).
+        strided or jagged, ``batch_first`` only) of sequences ``[M_i, E]`` (query) and
+        ``[N_i, kdim]`` (key, value); the output is nested like ``query`` and the weights are
+        padded ``[B, max M_i, max N_i]``, zero past each sequence's end (torch's fast path).
         ``key_padding_mask`` and ``attn_mask`` are refused with them (the nesting says what is
         padding); ``is_causal`` needs ``key is query``.
 
         Returns:
             ``(attn_output, attn_weights)``: ``attn_output`` shaped like ``query`` with ``E``
-            features (eq. 40); ``attn_weights`` as above (``S`` counts ``bias_k`` and the zero
-            key when enabled; without the ``N`` axis unbatched), or ``None`` if not
+            features (eq. 40); ``attn_weights`` as above (``N`` counts ``bias_k`` and the zero
+            key when enabled; without the ``B`` axis unbatched), or ``None`` if not
             ``need_weights``.
         """
         if any(isinstance(t, Tensor) and t.is_nested for t in (query, key, value)):
@@ -401,19 +401,19 @@ class MultiHeadAttention(nn.Module):
             return_weights=need_weights,
             **dropped,
         )
-        context = attended.context  # [N, H, L, d_v]
+        context = attended.context  # [B, H, M, Dv]
         weights = attended.weights if need_weights else None
         del attended  # no other reference: the per-head weights are freed by their mean below
         if weights is not None and average_attn_weights:
-            # before the output is formed, so the [N, H, L, S] weights and the [N, L, E]
+            # before the output is formed, so the [B, H, M, N] weights and the [B, M, E]
             # context copies are never held at once (torch's peak: q, k, v, the weights, their
-            # mean and one [N, L, E] tensor)
+            # mean and one [B, M, E] tensor)
             weights = weights.mean(1)
         if not batched:
-            context = context.transpose(1, 2).flatten(2)  # concat over heads: [N, L, H·d_v]
+            context = context.transpose(1, 2).flatten(2)  # concat over heads: [B, M, H·Dv]
             output = self.out_proj(context)  # eq. (40)
         else:
-            # torch's layout: [L, N, H·d_v] in memory, a transposed view when batch-first, so a
+            # torch's layout: [M, B, H·Dv] in memory, a transposed view when batch-first, so a
             # dropout that follows (the layers' dropout1) draws the same mask as after torch's
             context = context.permute(2, 0, 1, 3).flatten(2)
             output = self.out_proj(context)  # eq. (40)
@@ -440,7 +440,7 @@ class MultiHeadAttention(nn.Module):
         if not all(t.is_nested for t in (query, key, value)):
             raise TypeError("query, key and value must all be nested tensors, or none of them")
         if not self.batch_first:
-            raise ValueError("nested tensors need batch_first=True (a nested batch is [N, L_i, E])")
+            raise ValueError("nested tensors need batch_first=True (a nested batch is [B, M_i, E])")
         if key_padding_mask is not None or attn_mask is not None:
             raise ValueError(
                 "nested inputs take no key_padding_mask or attn_mask: their lengths say which "
@@ -468,22 +468,22 @@ class MultiHeadAttention(nn.Module):
             weights_after_dropout=weights_after_dropout,
         )  # fmt: skip
         if weights is not None:  # torch's fast path: no weight at a query past the end
-            real = ~queries.padding  # [N, L]
+            real = ~queries.padding  # [B, M]
             weights = weights * (real[:, None, :, None] if weights.dim() == 4 else real[..., None])
         return queries.nested(out), weights
 
     def merge_masks(
         self, attn_mask: Tensor | None, key_padding_mask: Tensor | None, query: Tensor
     ) -> tuple[Tensor | None, int | None]:
-        """torch's ``merge_masks``: ``(merged_mask, mask_type)`` from ``attn_mask [L, L]`` or
-        ``[N·H, L, L]`` and ``key_padding_mask [N, L]`` in torch's conventions (see
-        :func:`attnkit.mechanisms.torch_masks.merge_masks`; ``query [N, L, E]``)."""
+        """torch's ``merge_masks``: ``(merged_mask, mask_type)`` from ``attn_mask [M, M]`` or
+        ``[B·H, M, M]`` and ``key_padding_mask [B, M]`` in torch's conventions (see
+        :func:`attnkit.mechanisms.torch_masks.merge_masks`; ``query [B, M, E]``)."""
         return merge_masks(self.num_heads, attn_mask, key_padding_mask, query)
 
     def _batch_first(
         self, query: Tensor, key: Tensor, value: Tensor
     ) -> tuple[Tensor, Tensor, Tensor, bool]:
-        """Check the inputs and return them ``[N, L, ·]``, plus whether they were batched."""
+        """Check the inputs and return them ``[B, M, ·]``, plus whether they were batched."""
         for name, t in (("query", query), ("key", key), ("value", value)):
             if not isinstance(t, Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -508,7 +508,7 @@ class MultiHeadAttention(nn.Module):
         elif not self.batch_first:
             query, key, value = _reshaped(lambda x: x.transpose(0, 1), query, key, value)
         if not (query.shape[0] == key.shape[0] == value.shape[0]) or key.shape[1] != value.shape[1]:
-            layout = "[L, E]" if not batched else "[N, L, E]" if self.batch_first else "[L, N, E]"
+            layout = "[M, E]" if not batched else "[B, M, E]" if self.batch_first else "[M, B, E]"
             raise ValueError(
                 f"query, key, value (each {layout}) must share the batch size, and key and value "
                 f"the length, got {given}"
@@ -525,7 +525,7 @@ class MultiHeadAttention(nn.Module):
         query: Tensor,
         batched: bool,
     ) -> tuple[Tensor | None, Tensor | None]:
-        """torch's masks as ``(allowed, bias)``, 4-D, broadcastable to ``[N, H, L, S]``:
+        """torch's masks as ``(allowed, bias)``, 4-D, broadcastable to ``[B, H, M, N]``:
         ``allowed`` bool (True = may attend), ``bias`` float (added to the scores)."""
         allowed, bias = None, None
         h = self.num_heads

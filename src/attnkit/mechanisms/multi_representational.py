@@ -47,8 +47,8 @@ class MultiRepresentationalAttention(nn.Module):
             ``d_key`` (``d_t``, or ``d_context`` with a context encoder).
         align: an alignment name or object.
         d_hidden: ``d_w`` of the additive score (default ``d_key``).
-        context_encoder: the contextual variant: ``encoder(x [N, L, d_t], mask [N, L]) ->
-            [N, L, d_context]``, run along the token sequence of each embedding separately (the
+        context_encoder: the contextual variant: ``encoder(x [B, L, d_t], mask [B, L]) ->
+            [B, L, d_context]``, run along the token sequence of each embedding separately (the
             same encoder for all ``E``), e.g.
             ``RecurrentEncoder(nn.LSTM(d_t, m, batch_first=True, bidirectional=True))`` from
             :mod:`attnkit.mechanisms.hierarchical`. ``None``: keys are the ``x^(t_i)``.

@@ -6,7 +6,7 @@ them in every mode: the sequences are padded to the longest, the padding is mask
 (so no real position attends it), and the output is cut back to each sequence's length, as a
 nested tensor of the input's layout. Positions past a sequence's end are computed and dropped.
 
-Shapes: N sequences, L the longest length, E features.
+Shapes (the legend of :mod:`attnkit`): B sequences, L the longest length, E features.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ class PaddedBatch:
     """A nested batch as a padded one.
 
     Attributes:
-        values: ``[N, L, E]``, zeros past each sequence's end.
+        values: ``[B, L, E]``, zeros past each sequence's end.
         lengths: each sequence's length (Python ints: they shape the nested output).
-        padding: bool ``[N, L]``, ``True`` past a sequence's end (torch's ``key_padding_mask``
+        padding: bool ``[B, L]``, ``True`` past a sequence's end (torch's ``key_padding_mask``
             convention: ``True`` = ignore).
         layout: ``torch.strided`` or ``torch.jagged``, the layout outputs are returned in.
     """
@@ -35,7 +35,7 @@ class PaddedBatch:
     layout: torch.layout
 
     def nested(self, padded: Tensor) -> Tensor:
-        """``padded [N, L, ·]`` cut back to each sequence's length, nested like the input
+        """``padded [B, L, ·]`` cut back to each sequence's length, nested like the input
         (differentiable: ``torch.nested.as_nested_tensor``)."""
         parts = [padded[i, :length] for i, length in enumerate(self.lengths)]
         return torch.nested.as_nested_tensor(parts, layout=self.layout)
@@ -49,7 +49,7 @@ def pad_nested(x: Tensor, name: str = "input") -> PaddedBatch:
         name: what ``x`` is called in error messages.
 
     Returns:
-        The padded batch (values ``[N, max L_i, E]``) with its lengths and padding mask.
+        The padded batch (values ``[B, max L_i, E]``) with its lengths and padding mask.
 
     Example::
 

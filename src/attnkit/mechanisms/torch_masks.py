@@ -5,7 +5,7 @@ to the scores. The engine's say what may: bool ``True`` = may attend (SDPA's con
 added with ``-inf`` removing a key. :func:`engine_mask` turns the first into the second;
 :func:`merge_masks` is ``torch.nn.MultiheadAttention.merge_masks``, torch's own convention kept.
 
-Shapes: N batch, H heads, L queries, S keys.
+Shapes (the legend of :mod:`attnkit`): B batch, H heads, M queries, N keys.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ def merge_masks(
     """``torch.nn.MultiheadAttention.merge_masks``: one mask and its type from torch's two.
 
     Type 1 is the ``key_padding_mask`` alone (returned as given); type 2 an ``attn_mask``,
-    expanded to ``[N, H, L, L]``, and with both the sum of the two expanded masks (for bool
+    expanded to ``[B, H, M, M]``, and with both the sum of the two expanded masks (for bool
     masks their logical or, as torch: ``True`` = ignore). No mask gives ``(None, None)``.
 
     Args:
         num_heads: ``H``.
-        attn_mask: ``[L, L]`` or ``[N·H, L, L]``, bool or float, or None.
-        key_padding_mask: ``[N, L]``, bool or float, or None.
-        query: ``[N, L, E]`` (batch first; only its shape is read).
+        attn_mask: ``[M, M]`` or ``[B·H, M, M]``, bool or float, or None.
+        key_padding_mask: ``[B, M]``, bool or float, or None.
+        query: ``[B, M, E]`` (batch first; only its shape is read).
 
     Returns:
-        ``(merged_mask, mask_type)``: ``merged_mask`` ``[N, L]`` (type 1) or
-        ``[N, H, L, L]`` (type 2), or None; ``mask_type`` 1, 2 or None.
+        ``(merged_mask, mask_type)``: ``merged_mask`` ``[B, M]`` (type 1) or
+        ``[B, H, M, M]`` (type 2), or None; ``mask_type`` 1, 2 or None.
 
     Example::
 
@@ -45,10 +45,10 @@ def merge_masks(
     if attn_mask is None:
         return (key_padding_mask, 1) if key_padding_mask is not None else (None, None)
     if query.dim() != 3:
-        raise ValueError(f"merge_masks needs a batched query [N, L, E], got {tuple(query.shape)}")
+        raise ValueError(f"merge_masks needs a batched query [B, M, E], got {tuple(query.shape)}")
     n, length, _ = query.shape
     if attn_mask.dim() == 3:
-        merged = attn_mask.view(n, -1, length, length)  # [N·H, L, L] -> [N, H, L, L]
+        merged = attn_mask.view(n, -1, length, length)  # [B·H, M, M] -> [B, H, M, M]
     else:
         merged = attn_mask.view(1, 1, length, length).expand(n, num_heads, -1, -1)
     if key_padding_mask is not None:
@@ -112,4 +112,4 @@ def engine_mask(allowed: Tensor | None, bias: Tensor | None, extra: int = 0) -> 
         return allowed
     if allowed is None:
         return bias
-    return torch.where(allowed, bias, float("-inf"))  # broadcasts both: [N,1,1,S] with [1,1,L,S]
+    return torch.where(allowed, bias, float("-inf"))  # broadcasts both: [B,1,1,N] with [1,1,M,N]

@@ -33,9 +33,9 @@ class BahdanauDecoder(nn.Module):
         attention: scores ``s_{i-1}`` (size ``hidden_dim``) against the annotations.
         dropout: on the maxout output before the vocabulary projection.
 
-    Shapes: :meth:`step` takes ``E y_{i-1} [N, embed_dim]`` and returns the readout features
-    ``[s_i; E y_{i-1}; c_i]`` ``[N, hidden_dim + embed_dim + annotation_dim]`` and the weights
-    ``a_i [N, S]``; :meth:`readout` maps features ``[..., F]`` to logits ``[..., V]``.
+    Shapes: :meth:`step` takes ``E y_{i-1} [B, embed_dim]`` and returns the readout features
+    ``[s_i; E y_{i-1}; c_i]`` ``[B, hidden_dim + embed_dim + annotation_dim]`` and the weights
+    ``a_i [B, S]``; :meth:`readout` maps features ``[..., F]`` to logits ``[..., V]``.
     """
 
     def __init__(
@@ -58,7 +58,7 @@ class BahdanauDecoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def initial_state(self, backward_first: Tensor) -> RecurrentState:
-        """``s_0 = tanh(W_s <-h_1)`` from the backward state of the first word ``[N, n_enc]``."""
+        """``s_0 = tanh(W_s <-h_1)`` from the backward state of the first word ``[B, n_enc]``."""
         return RecurrentState([torch.tanh(self.init_proj(backward_first))])
 
     def step(
@@ -69,7 +69,7 @@ class BahdanauDecoder(nn.Module):
         context, weights = self.attention(
             previous[:, None], memory.key_features, memory.values, memory.mask, state.position
         )
-        context, weights = context[:, 0], weights[:, 0]  # c_i [N, 2n], a_i [N, S]
+        context, weights = context[:, 0], weights[:, 0]  # c_i [B, 2n], a_i [B, S]
         hidden = self.cell(torch.cat([embedded, context], -1), previous)  # s_i
         state.hidden, state.position = [hidden], state.position + 1
         return torch.cat([hidden, embedded, context], -1), weights

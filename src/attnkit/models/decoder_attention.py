@@ -66,8 +66,8 @@ class DecoderAttention(nn.Module):
         align: an attnkit alignment (softmax, local-monotonic or local-predictive).
         d_query: size of the decoder's queries.
 
-    Shapes: ``query [N, M, d_query]`` (``M`` consecutive target positions from ``position``),
-    keys/values ``[N, S, d_k]`` → context ``[N, M, d_k]``, weights ``[N, M, S]``.
+    Shapes: ``query [B, M, d_query]`` (``M`` consecutive target positions from ``position``),
+    keys/values ``[B, S, d_k]`` → context ``[B, M, d_k]``, weights ``[B, M, S]``.
     """
 
     def __init__(self, score: Score, align: Align, d_query: int) -> None:
@@ -77,7 +77,7 @@ class DecoderAttention(nn.Module):
         self.d_query = d_query
 
     def key_features(self, keys: Tensor) -> Tensor:
-        """The keys' part of the score, ``[N, S, ·]``, computed once per sentence."""
+        """The keys' part of the score, ``[B, S, ·]``, computed once per sentence."""
         self.score.check(self.d_query, keys.shape[-1], keys.shape[-2])
         no_query = keys.new_zeros(keys.shape[0], 0, self.d_query)
         return self.score.features(no_query, keys)[1]
@@ -85,13 +85,13 @@ class DecoderAttention(nn.Module):
     def forward(
         self, query: Tensor, key_features: Tensor, values: Tensor, mask: Tensor, position: int = 0
     ) -> tuple[Tensor, Tensor]:
-        """``(context [N, M, d_k], weights [N, M, S])`` for queries at target positions
-        ``position … position + M - 1``; ``mask [N, S]`` is True on real source positions."""
+        """``(context [B, M, d_k], weights [B, M, S])`` for queries at target positions
+        ``position … position + M - 1``; ``mask [B, S]`` is True on real source positions."""
         if observed():  # attention hooks (record, ablate) watch: go through the engine they see
             return self._through_engine(query, values, mask, position)
         # Keys of zero length: only the query's transform is computed (the keys' is cached).
         query_features = self.score.features(query, values[:, :0])[0]
-        e = self.score.pairwise(query_features, key_features)  # [N, M, S]
+        e = self.score.pairwise(query_features, key_features)  # [B, M, S]
         factor = self.score.resolve_scale(None, values.shape[-1])
         if factor is not None:
             e = e * factor

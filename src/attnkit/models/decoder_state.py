@@ -16,10 +16,10 @@ class EncoderMemory:
     """The source side of attention, computed once per sentence.
 
     Attributes:
-        values: ``[N, S, d_k]``: the encoder states ``h_j`` (keys and values of the attention).
-        key_features: ``[N, S, ·]``: the score's per-key part (``U_a h_j`` of the additive
+        values: ``[B, S, d_k]``: the encoder states ``h_j`` (keys and values of the attention).
+        key_features: ``[B, S, ·]``: the score's per-key part (``U_a h_j`` of the additive
             score), so each decoding step only transforms its query.
-        mask: ``[N, S]`` bool, True on real source positions.
+        mask: ``[B, S]`` bool, True on real source positions.
     """
 
     values: Tensor
@@ -40,8 +40,8 @@ class RecurrentState:
     """A recurrent decoder's state between steps, updated in place.
 
     Attributes:
-        hidden: one ``[N, d]`` tensor per layer (``s_{i-1}`` of Bahdanau, ``h_{t-1}`` of Luong).
-        feed: ``[N, d]`` attentional vector ``h~_{t-1}`` fed back as input (Luong's input
+        hidden: one ``[B, d]`` tensor per layer (``s_{i-1}`` of Bahdanau, ``h_{t-1}`` of Luong).
+        feed: ``[B, d]`` attentional vector ``h~_{t-1}`` fed back as input (Luong's input
             feeding), or ``None``.
         position: the target position of the next step (the local-monotonic ``p_t = t``).
     """

@@ -61,7 +61,7 @@ class GlimpseClassifier(nn.Module):
         entropy_weight: ``λ_e`` of the entropy bonus (hard only).
         baseline_decay: of the moving-average reward baseline (hard only).
 
-    Shapes: ``forward(images [B, C, H, W]) -> logits [B, num_classes]``;
+    Shapes: ``forward(images [B, C, h, w]) -> logits [B, num_classes]``;
     :meth:`attend` also returns the weights ``[B, L]`` over the ``L = (H/4)·(W/4)`` locations.
 
     Example::
@@ -110,7 +110,7 @@ class GlimpseClassifier(nn.Module):
     def annotations(self, images: Tensor) -> Tensor:
         """The annotation vectors ``a [B, L, D]`` (locations in row-major grid order)."""
         if images.dim() != 4:
-            raise ValueError(f"images must be [B, C, H, W], got {tuple(images.shape)}")
+            raise ValueError(f"images must be [B, C, h, w], got {tuple(images.shape)}")
         grid = self.encoder(images)  # [B, D, H/4, W/4]
         return grid.flatten(2).transpose(1, 2)  # [B, L, D]
 

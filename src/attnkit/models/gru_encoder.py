@@ -22,8 +22,8 @@ class GRUEncoder(nn.Module):
         dropout: on the embeddings and between stacked layers.
         pad_id: the padding id (its embedding stays zero).
 
-    Shapes: ``source [N, S]`` long, ``lengths [N]`` → ``states [N, S, D·hidden_dim]`` (zero on
-    padding; ``D = 2`` when bidirectional) and ``final [num_layers·D, N, hidden_dim]`` (each
+    Shapes: ``source [B, S]`` long, ``lengths [B]`` → ``states [B, S, k·hidden_dim]`` (zero on
+    padding; ``k = 2`` when bidirectional) and ``final [num_layers·k, B, hidden_dim]`` (each
     direction's state after its last real word, as ``nn.GRU``'s ``h_n``).
     """
 
@@ -52,7 +52,7 @@ class GRUEncoder(nn.Module):
         self.output_dim = hidden_dim * (2 if bidirectional else 1)
 
     def forward(self, source: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        embedded = self.dropout(self.embedding(source))  # [N, S, E]
+        embedded = self.dropout(self.embedding(source))  # [B, S, E]
         # Packing makes the backward GRU start at each sentence's last real word, not at padding.
         packed = pack_padded_sequence(
             embedded, lengths.cpu(), batch_first=True, enforce_sorted=False

@@ -33,8 +33,8 @@ class LuongDecoder(nn.Module):
         input_feeding: feed ``h~_{t-1}`` to the first layer with ``E y_{t-1}``.
         dropout: between stacked layers and on ``h~_t`` before the vocabulary projection.
 
-    Shapes: :meth:`step` takes ``E y_{t-1} [N, embed_dim]`` and returns ``h~_t`` (dropped out)
-    ``[N, hidden_dim]`` and the weights ``a_t [N, S]``; :meth:`readout` maps ``[..., hidden_dim]``
+    Shapes: :meth:`step` takes ``E y_{t-1} [B, embed_dim]`` and returns ``h~_t`` (dropped out)
+    ``[B, hidden_dim]`` and the weights ``a_t [B, S]``; :meth:`readout` maps ``[..., hidden_dim]``
     to logits ``[..., V]``.
     """
 
@@ -62,7 +62,7 @@ class LuongDecoder(nn.Module):
         self.hidden_dim = hidden_dim
 
     def initial_state(self, encoder_final: Tensor) -> RecurrentState:
-        """Each layer starts from the encoder's last state of the same layer ``[L, N, d]``;
+        """Each layer starts from the encoder's last state of the same layer ``[L, B, d]``;
         ``h~_0 = 0``."""
         hidden = list(encoder_final.unbind(0))
         feed = encoder_final.new_zeros(hidden[0].shape) if self.input_feeding else None

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnkit.layers.attention import LayerOutput
 from attnkit.layers.decoding import seq2seq_step
 from attnkit.layers.positional import SinusoidalPositionalEncoding
 from attnkit.layers.transformer import (
@@ -248,10 +249,11 @@ class TransformerSeq2Seq(nn.Module):
             tgt_is_causal=True,
             need_weights=True,
         )
-        assert isinstance(decoded, tuple)
-        hidden, per_head = decoded
-        weights = per_head.mean(1)  # [B, H, T, S] → [B, T, S]
-        return Seq2SeqOutput(logits=self._head(hidden), weights=weights, alignment=alignment)
+        assert isinstance(decoded, LayerOutput)
+        weights = decoded.weights.mean(1)  # [B, H, T, S] → [B, T, S]
+        return Seq2SeqOutput(
+            logits=self._head(decoded.output), weights=weights, alignment=alignment
+        )
 
     def _alignment(self, target_in: Tensor, memory: Tensor, padding: Tensor) -> Tensor:
         """The alignment head's cross-attention ``[B, T, S]`` with the full target context: the
@@ -269,7 +271,7 @@ class TransformerSeq2Seq(nn.Module):
                 tgt_is_causal=False,
             )
         # asked of the layer's own module, per head, before dropout (as the main pass does)
-        _, per_head = layers[self.alignment_layer](
+        aligned = layers[self.alignment_layer](
             x,
             memory,
             tgt_key_padding_mask=target_padding,
@@ -277,7 +279,7 @@ class TransformerSeq2Seq(nn.Module):
             tgt_is_causal=False,
             need_weights=True,
         )
-        return per_head[:, self.alignment_head]
+        return aligned.weights[:, self.alignment_head]
 
     def step_function(
         self, memory: Tensor, padding: Tensor, incremental: bool

@@ -1,6 +1,6 @@
 """Vision Transformer (Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words").
 
-An image ``x [B, C, H, W]`` is cut into ``N = (H / P) · (W / P)`` non-overlapping patches of
+An image ``x [B, C, h, w]`` is cut into ``N = (H / P) · (W / P)`` non-overlapping patches of
 ``P × P`` pixels, each flattened to ``x_p^i [P² · C]`` (row-major over the patch grid; inside a
 patch, row-major over pixels, channels last). ViT's eq. (1)-(4):
 
@@ -29,13 +29,13 @@ from attnkit.layers.transformer import kind_attention
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
-    """Non-overlapping ``P × P`` patches, flattened: ``[B, C, H, W]`` → ``[B, N, P·P·C]``.
+    """Non-overlapping ``P × P`` patches, flattened: ``[B, C, h, w]`` → ``[B, N, P·P·C]``.
 
     Patch ``i`` is the ``i``-th of the grid in row-major order; its vector lists the patch's
     pixels row by row, the channels of each pixel together (ViT's ``x_p``).
     """
     if images.dim() != 4:
-        raise ValueError(f"images must be [B, C, H, W], got {tuple(images.shape)}")
+        raise ValueError(f"images must be [B, C, h, w], got {tuple(images.shape)}")
     b, c, h, w = images.shape
     p = patch_size
     if h % p or w % p:
@@ -63,7 +63,7 @@ class VisionTransformer(nn.Module):
             attention-weight dropout and form no weights, so attention rollout and the
             weight-replacing ablations need ``"exact"``.
 
-    Shapes: ``forward(images [B, C, H, W]) -> logits [B, num_classes]``.
+    Shapes: ``forward(images [B, C, h, w]) -> logits [B, num_classes]``.
 
     Example::
 

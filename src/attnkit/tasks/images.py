@@ -189,7 +189,7 @@ class FashionMNIST(Task):
                 return rollout[:, 0, 1:].reshape(len(images), *model.grid)
             if isinstance(model, GlimpseClassifier):
                 weights = model.attend(images)[1]  # [B, L]
-                # the grid of a [B, C, H, W] image is (H // 4) × (W // 4): two 2 × 2 poolings
+                # the grid of a [B, C, h, w] image is (H // 4) × (W // 4): two 2 × 2 poolings
                 return weights.reshape(len(images), images.shape[-2] // 4, images.shape[-1] // 4)
         raise TypeError(f"no attention map for a {type(model).__name__}")
 

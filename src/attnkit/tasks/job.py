@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Protocol
 from torch import Tensor, nn
 
 from attnkit.config import ARCHITECTURE_DATA_KEYS, DataConfig, ModelSection, RunConfig
+from attnkit.core.deprecation import warn_renamed
 from attnkit.report import Alignment
 
 Log = Callable[[str], None]
@@ -149,7 +150,7 @@ class Job(ABC):
     def loss(self, model: nn.Module, batch: Any) -> dict[str, Term]:
         """The objective's terms on ``batch`` (a share of a global batch), by name."""
 
-    def explain(
+    def view(
         self,
         model: nn.Module,
         step: int,
@@ -160,11 +161,25 @@ class Job(ABC):
         beam_size: int | None = None,
     ) -> Path:
         """Write the attention viewer page of ``model`` on the input ``text`` (``attnkit
-        explain RUN_DIR --input TEXT``) and return its path; a task without one refuses."""
+        view RUN_DIR --input TEXT``) and return its path; a task without one refuses."""
         raise ValueError(
-            f"a {self.config.data.corpus} run has no attention viewer page: `attnkit explain "
-            "RUN_DIR` shows translation runs (`attnkit explain --hf` any Hugging Face model)"
+            f"a {self.config.data.corpus} run has no attention viewer page: `attnkit view "
+            "RUN_DIR` shows translation runs (`attnkit view --hf` any Hugging Face model)"
         )
+
+    def explain(
+        self,
+        model: nn.Module,
+        step: int,
+        text: str,
+        *,
+        directory: Path,
+        output: str | Path | None = None,
+        beam_size: int | None = None,
+    ) -> Path:
+        """Deprecated name of :meth:`view` (warns with a ``DeprecationWarning``)."""
+        warn_renamed("Job.explain", "Job.view")
+        return self.view(model, step, text, directory=directory, output=output, beam_size=beam_size)
 
     def smallest_batch(self) -> int | None:
         """The fewest examples a global batch of this run has (None: not known), so the loop

@@ -50,8 +50,7 @@ from attnkit.evaluate.translation import (
     forced_alignment,
     translate,
 )
-from attnkit.interpret.explain import explain as explain_translation
-from attnkit.interpret.explain import slug
+from attnkit.interpret.translation_view import slug, view_translation
 from attnkit.interpret.viewer import write_viewer
 from attnkit.models import RNNSeq2Seq, TransformerSeq2Seq
 from attnkit.report import Alignment, describe_model, save_heatmaps
@@ -79,7 +78,7 @@ def method_title(method: str) -> str:
     return f"{title}, {extraction.replace('_', ' ')}" if extraction else title
 
 
-# Sentences each report translates; "I love you." is the seeds' running example (seed 000 Fig. 1).
+# Sentences each report translates; "I love you." is the running example of attention's alignment.
 SHOWCASE = ["I love you.", "I am cold.", "He is my brother.", "Where is the station?"]
 
 
@@ -358,7 +357,7 @@ def tatoeba_gold_aer(
 
 
 def showcase(config: RunConfig, examples: Mapping[str, Sequence[Example]]) -> list[list[str]]:
-    """Tokenised source sentences for the report: the seeds' examples on Tatoeba, the first test
+    """Tokenised source sentences for the report: the running examples on Tatoeba, the first test
     sentences elsewhere."""
     if config.data.corpus == "tatoeba":
         return [tokenize(s, "en") for s in SHOWCASE]
@@ -624,7 +623,7 @@ class TranslationJob(Job):
             message += f", attention AER {gold['aer']:.3f} on the {gold['sentences']}-sentence Tatoeba gold"
         return message
 
-    def explain(
+    def view(
         self,
         model: nn.Module,
         step: int,
@@ -635,14 +634,14 @@ class TranslationJob(Job):
         beam_size: int | None = None,
     ) -> Path:
         """Translate ``sentence`` (English) with ``model`` (the checkpoint of ``step``) and write
-        the attention viewer page for it (:func:`attnkit.interpret.explain.explain`).
+        the attention viewer page for it (:func:`attnkit.interpret.translation_view.view_translation`).
 
         Args:
             model: the run's model, in eval mode.
             step: its checkpoint's step (shown on the page).
             sentence: the English input, e.g. ``"I love you."``.
             directory: the run directory (the default page is written there).
-            output: where to write the page; default ``RUN_DIR/explain-<slug of the input>.html``.
+            output: where to write the page; default ``RUN_DIR/view-<slug of the input>.html``.
             beam_size: beam width of the search; ``None``: the run's ``decode.beam_size``.
 
         Returns:
@@ -663,7 +662,7 @@ class TranslationJob(Job):
             raise ValueError(f"beam_size must be a positive int or None, got {beam_size!r}")
         config, vocabularies = self.config, self.vocabularies
         beam = config.decode.beam_size if beam_size is None else beam_size
-        explanation = explain_translation(
+        shown = view_translation(
             model,
             vocabularies.source,
             vocabularies.target,
@@ -671,7 +670,7 @@ class TranslationJob(Job):
             beam_size=beam,
             max_length=config.decode.max_length,
         )
-        translation = detokenize(explanation.translation, "fr")
+        translation = detokenize(shown.translation, "fr")
         title = f"{directory.name}: \u201c{sentence.strip()}\u201d \u2192 \u201c{translation}\u201d"
         notes = [
             f"model: {describe_model(config)}",
@@ -679,11 +678,11 @@ class TranslationJob(Job):
         ]
         # the viewer labels an unknown word "word(unk)": the labels that differ from the input
         unknown = [
-            shown for shown, token in zip(explanation.source, source, strict=True) if shown != token
+            shown for shown, token in zip(shown.source, source, strict=True) if shown != token
         ]
         if unknown:
             notes.append(f"not in the source vocabulary (read as <unk>): {', '.join(unknown)}")
-        if not explanation.ended:
+        if not shown.ended:
             notes.append(
                 f"the search stopped at decode.max_length={config.decode.max_length} tokens "
                 "before emitting <eos>"
@@ -692,8 +691,8 @@ class TranslationJob(Job):
             "cross-attention: rows are the target words emitted, columns the source words; "
             "decoder self-attention: rows and columns are the decoder's inputs (<bos> y1 … yn)"
         )
-        path = Path(output) if output is not None else directory / f"explain-{slug(sentence)}.html"
-        return write_viewer(path, explanation.maps, title=title, notes="\n".join(notes))
+        path = Path(output) if output is not None else directory / f"view-{slug(sentence)}.html"
+        return write_viewer(path, shown.maps, title=title, notes="\n".join(notes))
 
 
 def _choice(scores: Mapping[str, Any]) -> str:

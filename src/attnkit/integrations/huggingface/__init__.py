@@ -13,11 +13,13 @@ ablation) on the model, with module names as ``model.named_modules()`` gives the
 
 * :func:`swap_attention`: run the model with another score, alignment or ``score_mod``;
 * :func:`to_attnkit`: a BERT-style encoder rebuilt as :class:`attnkit.layers.TransformerEncoder`;
-* :func:`explain_model`: the interactive attention viewer for a model and an input text;
+* :func:`view_model`: the interactive attention viewer for a model and an input text
+  (``explain_model``, its old name, still works and warns);
 * :func:`check_model`, :func:`routes_attention`: whether a model can run on attnkit at all (a
   model that computes its attention outside transformers' attention interface is refused).
 """
 
+from attnkit.core.deprecation import renamed_attributes
 from attnkit.integrations.huggingface.attention import (
     ATTN_IMPLEMENTATION,
     AttentionSettings,
@@ -26,8 +28,8 @@ from attnkit.integrations.huggingface.attention import (
     swap_attention,
 )
 from attnkit.integrations.huggingface.convert import to_attnkit
-from attnkit.integrations.huggingface.explain import attention_maps, explain_model, load_model
 from attnkit.integrations.huggingface.guard import check_model, routes_attention
+from attnkit.integrations.huggingface.view import attention_maps, load_model, view_model
 
 register()
 
@@ -37,10 +39,15 @@ __all__ = [
     "attention_maps",
     "attnkit_attention_forward",
     "check_model",
-    "explain_model",
     "load_model",
     "register",
     "routes_attention",
     "swap_attention",
     "to_attnkit",
+    "view_model",
 ]
+
+__getattr__ = renamed_attributes(
+    __name__,
+    {"explain_model": ("attnkit.integrations.huggingface.view_model", lambda: view_model)},
+)

@@ -27,7 +27,7 @@ So such a model is refused with one line (:func:`refusal`):
    model whose source names the interface gets no hook at all.
 
 :func:`check_model` applies the first test to a loaded model (``swap_attention`` and
-``explain_model`` call it), so a model whose configuration was switched after loading is refused
+``view_model`` call it), so a model whose configuration was switched after loading is refused
 there too.
 """
 

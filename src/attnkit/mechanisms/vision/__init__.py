@@ -1,4 +1,4 @@
-"""Convolutional attention over ``[B, C, H, W]`` feature maps, one paper per module.
+"""Convolutional attention over ``[B, C, h, w]`` feature maps, one paper per module.
 
 Channel attention: :class:`SqueezeExcitation` (Hu et al., 2018); CBAM's channel and spatial
 attention (Woo et al., 2018). Attention over positions: the non-local block (Wang et al., 2018),

@@ -1,4 +1,4 @@
-"""Input validation shared by the convolutional attention modules: ``[B, C, H, W]`` feature maps."""
+"""Input validation shared by the convolutional attention modules: ``[B, C, h, w]`` feature maps."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ from torch import Tensor
 
 
 def check_feature_map(name: str, x: object, channels: int | None, min_size: int = 1) -> None:
-    """Raise unless ``x`` is a floating ``[B, C, H, W]`` tensor with ``C = channels`` (if given)
-    and ``H, W >= min_size``, naming what was expected and what was given."""
+    """Raise unless ``x`` is a floating ``[B, C, h, w]`` tensor with ``C = channels`` (if given)
+    and ``h, w >= min_size``, naming what was expected and what was given."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"{name} expects a tensor [B, C, H, W], got {type(x).__name__}")
+        raise TypeError(f"{name} expects a tensor [B, C, h, w], got {type(x).__name__}")
     expected_c = "C" if channels is None else f"C={channels}"
     if x.dim() != 4 or (channels is not None and x.shape[1] != channels):
-        raise ValueError(f"{name} expects x [B, {expected_c}, H, W], got {tuple(x.shape)}")
+        raise ValueError(f"{name} expects x [B, {expected_c}, h, w], got {tuple(x.shape)}")
     if not x.is_floating_point():
         raise TypeError(f"{name} expects a floating-point feature map, got {x.dtype}")
     if x.shape[2] < min_size or x.shape[3] < min_size:
-        raise ValueError(f"{name} expects H, W >= {min_size}, got H={x.shape[2]}, W={x.shape[3]}")
+        raise ValueError(f"{name} expects h, w >= {min_size}, got h={x.shape[2]}, w={x.shape[3]}")
 
 
 def check_positive(name: str, **values: int) -> None:

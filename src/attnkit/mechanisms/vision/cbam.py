@@ -4,13 +4,13 @@ Two attention maps are inferred from the features themselves and applied one aft
 
     M_c(F) = σ(MLP(AvgPool(F)) + MLP(MaxPool(F)))              channel attention  [C, 1, 1] (eq. 2)
     F'     = M_c(F) ⊗ F                                                                   (eq. 1)
-    M_s(F') = σ(f^{7x7}([AvgPool(F'); MaxPool(F')]))           spatial attention  [1, H, W] (eq. 3)
+    M_s(F') = σ(f^{7x7}([AvgPool(F'); MaxPool(F')]))           spatial attention  [1, h, w] (eq. 3)
     F''    = M_s(F') ⊗ F'                                                                 (eq. 1)
 
 The channel MLP is shared by both pooled descriptors: ``MLP(v) = W_1 δ(W_0 v)`` with
 ``W_0 [C/r, C]``, ``W_1 [C, C/r]`` and ReLU ``δ``. The spatial pools run along the channel axis,
 so ``[AvgPool; MaxPool]`` is a 2-channel map and ``f^{7x7}`` a 7 x 7 convolution to one channel
-(padding keeps ``H x W``). Channel-first is the order the paper found best (its Table 4). Where
+(padding keeps ``h x w``). Channel-first is the order the paper found best (its Table 4). Where
 Squeeze-and-Excitation uses the average only, CBAM adds the max pool, "another important clue
 about distinctive object features".
 
@@ -33,7 +33,7 @@ class CBAMChannelAttention(nn.Module):
         channels: ``C``.
         reduction: ``r``: the shared MLP's hidden layer has ``max(1, C // r)`` units (paper: 16).
 
-    Shapes: ``F [B, C, H, W]`` → ``M_c(F) ⊗ F [B, C, H, W]``; :meth:`attention_map` gives
+    Shapes: ``F [B, C, h, w]`` → ``M_c(F) ⊗ F [B, C, h, w]``; :meth:`attention_map` gives
     ``M_c [B, C, 1, 1]``.
 
     Example::
@@ -67,10 +67,10 @@ class CBAMChannelAttention(nn.Module):
         """``F' = M_c(F) ⊗ F`` (eq. 1).
 
         Args:
-            features: ``F [B, C, H, W]``.
+            features: ``F [B, C, h, w]``.
 
         Returns:
-            ``F' [B, C, H, W]``.
+            ``F' [B, C, h, w]``.
         """
         return self.attention_map(features) * features
 
@@ -81,8 +81,8 @@ class CBAMSpatialAttention(nn.Module):
     Args:
         kernel_size: the convolution's size (odd; paper: 7, better than 3 in its Table 3).
 
-    Shapes: ``F [B, C, H, W]`` (any ``C``) → ``M_s(F) ⊗ F [B, C, H, W]``; :meth:`attention_map`
-    gives ``M_s [B, 1, H, W]``.
+    Shapes: ``F [B, C, h, w]`` (any ``C``) → ``M_s(F) ⊗ F [B, C, h, w]``; :meth:`attention_map`
+    gives ``M_s [B, 1, h, w]``.
 
     Example::
 
@@ -99,27 +99,27 @@ class CBAMSpatialAttention(nn.Module):
         check_positive("CBAMSpatialAttention", kernel_size=kernel_size)
         if kernel_size % 2 == 0:
             raise ValueError(
-                f"CBAMSpatialAttention: kernel_size must be odd (to keep H x W), got {kernel_size}"
+                f"CBAMSpatialAttention: kernel_size must be odd (to keep h x w), got {kernel_size}"
             )
         # f^{7x7}: 2 pooled maps in, one attention logit per position out, eq. (3)
         self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2)
 
     def attention_map(self, features: Tensor) -> Tensor:
-        """``M_s(F) [B, 1, H, W]`` (eq. 3)."""
+        """``M_s(F) [B, 1, h, w]`` (eq. 3)."""
         check_feature_map("CBAMSpatialAttention", features, None)
         pooled = torch.cat(
             [features.mean(dim=1, keepdim=True), features.amax(dim=1, keepdim=True)], dim=1
-        )  # [AvgPool(F); MaxPool(F)] along channels: [B, 2, H, W]
+        )  # [AvgPool(F); MaxPool(F)] along channels: [B, 2, h, w]
         return self.conv(pooled).sigmoid()
 
     def forward(self, features: Tensor) -> Tensor:
         """``F'' = M_s(F) ⊗ F`` (eq. 1).
 
         Args:
-            features: ``F [B, C, H, W]`` (any ``C``).
+            features: ``F [B, C, h, w]`` (any ``C``).
 
         Returns:
-            ``F'' [B, C, H, W]``.
+            ``F'' [B, C, h, w]``.
         """
         return self.attention_map(features) * features
 
@@ -132,7 +132,7 @@ class ConvolutionalBlockAttention(nn.Module):
         reduction: ``r`` of the channel MLP (paper: 16).
         kernel_size: the spatial convolution's size (paper: 7).
 
-    Shapes: ``F [B, C, H, W]`` → ``F'' [B, C, H, W]``. In a ResNet block the paper applies CBAM to
+    Shapes: ``F [B, C, h, w]`` → ``F'' [B, C, h, w]``. In a ResNet block the paper applies CBAM to
     the residual branch before the addition; that addition belongs to the block, not here.
 
     Example::
@@ -154,9 +154,9 @@ class ConvolutionalBlockAttention(nn.Module):
         """``F'' = M_s(F') ⊗ F'`` with ``F' = M_c(F) ⊗ F`` (eq. 1).
 
         Args:
-            features: ``F [B, C, H, W]``.
+            features: ``F [B, C, h, w]``.
 
         Returns:
-            ``F'' [B, C, H, W]``.
+            ``F'' [B, C, h, w]``.
         """
         return self.spatial(self.channel(features))

@@ -1,6 +1,6 @@
 """Dual attention (Fu et al., 2019, "Dual Attention Network for Scene Segmentation", DANet).
 
-Two self-attentions over one feature map ``A [C, H, W]`` (``N = H W``), added together:
+Two self-attentions over one feature map ``A [C, h, w]`` (``N = h w``), added together:
 
 **Position attention module** — ``B, C' [C/8, N]`` and ``D [C, N]`` by 1 x 1 convolutions:
 
@@ -32,7 +32,7 @@ from attnkit.mechanisms.vision._checks import check_feature_map, check_positive
 
 
 def _positions(x: Tensor) -> Tensor:
-    """``[B, C, H, W]`` → one row per position ``[B, H W, C]``."""
+    """``[B, C, h, w]`` → one row per position ``[B, h w, C]``."""
     return x.flatten(2).transpose(1, 2)
 
 
@@ -43,7 +43,7 @@ class DualPositionAttention(nn.Module):
         channels: ``C``.
         key_channels: channels of ``B`` and ``C`` (default ``max(1, C // 8)``, the paper's).
 
-    Shapes: ``A [B, C, H, W]`` → ``E [B, C, H, W]``; ``self.alpha`` is ``α`` (starts at 0).
+    Shapes: ``A [B, C, h, w]`` → ``E [B, C, h, w]``; ``self.alpha`` is ``α`` (starts at 0).
 
     Example::
 
@@ -69,10 +69,10 @@ class DualPositionAttention(nn.Module):
         """``E = α · attention + A`` (eq. 2).
 
         Args:
-            a: the feature map ``A [B, C, H, W]``.
+            a: the feature map ``A [B, C, h, w]``.
 
         Returns:
-            ``E [B, C, H, W]``.
+            ``E [B, C, h, w]``.
         """
         check_feature_map("DualPositionAttention", a, self.channels)
         out = attention(
@@ -92,7 +92,7 @@ class DualChannelAttention(nn.Module):
     Args:
         channels: ``C``.
 
-    Shapes: ``A [B, C, H, W]`` → ``E [B, C, H, W]``; ``self.beta`` is ``β`` (starts at 0).
+    Shapes: ``A [B, C, h, w]`` → ``E [B, C, h, w]``; ``self.beta`` is ``β`` (starts at 0).
 
     Example::
 
@@ -114,10 +114,10 @@ class DualChannelAttention(nn.Module):
         """``E = β · attention + A`` (eq. 4).
 
         Args:
-            a: the feature map ``A [B, C, H, W]``.
+            a: the feature map ``A [B, C, h, w]``.
 
         Returns:
-            ``E [B, C, H, W]``.
+            ``E [B, C, h, w]``.
         """
         check_feature_map("DualChannelAttention", a, self.channels)
         channels = a.flatten(2)  # A_i ∈ R^N: [B, C, N], one row per channel
@@ -136,7 +136,7 @@ class DualAttention(nn.Module):
         channels: ``C``.
         key_channels: channels of the position attention's ``B``, ``C`` (default ``C // 8``).
 
-    Shapes: ``A [B, C, H, W]`` → ``[B, C, H, W]`` (``2 A`` at initialisation, ``α = β = 0``).
+    Shapes: ``A [B, C, h, w]`` → ``[B, C, h, w]`` (``2 A`` at initialisation, ``α = β = 0``).
 
     Example::
 
@@ -157,9 +157,9 @@ class DualAttention(nn.Module):
         """``E_PAM + E_CAM``.
 
         Args:
-            a: the feature map ``A [B, C, H, W]``.
+            a: the feature map ``A [B, C, h, w]``.
 
         Returns:
-            ``[B, C, H, W]``.
+            ``[B, C, h, w]``.
         """
         return self.position(a) + self.channel(a)

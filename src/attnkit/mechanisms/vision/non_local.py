@@ -15,17 +15,17 @@ paper's instantiations (§3.2):
 - ``"dot_product"``: ``f = θ(x_i)^T φ(x_j)``, ``C(x) = N`` (eq. 4) — no softmax;
 - ``"concatenation"``: ``f = ReLU(w_f^T [θ(x_i); φ(x_j)])``, ``C(x) = N`` (eq. 5).
 
-``N`` is the number of positions ``j`` summed over (``H W``, or the pooled count with
+``N`` is the number of positions ``j`` summed over (``h w``, or the pooled count with
 ``subsample``). The two softmax forms run through :func:`attnkit.attention` with the dot score
-over the ``H W`` positions (so ``attnkit.interpret.record`` sees their weights); the two
+over the ``h w`` positions (so ``attnkit.interpret.record`` sees their weights); the two
 ``C(x) = N`` forms are plain sums. The paper's implementation tricks (§3.3) are options: a batch
 norm after ``W_z`` whose scale starts at zero, so the block starts as the identity and can be
 inserted into a pre-trained network; and a 2 x 2 max pool after ``φ`` and ``g`` ("subsampling"),
 which quarters the pairwise computation.
 
-Memory: ``[B, H W, N]`` scores for the softmax forms (the engine may tile them) and for
+Memory: ``[B, h w, N]`` scores for the softmax forms (the engine may tile them) and for
 ``"concatenation"``; ``"dot_product"`` computes ``θ (φ^T g) / N`` in that order (exact by
-associativity), ``O(H W C'^2)`` without any ``[H W, N]`` matrix.
+associativity), ``O(h w C'^2)`` without any ``[h w, N]`` matrix.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ _TAXONOMY = {
 
 
 def _positions(x: Tensor) -> Tensor:
-    """``[B, C, H, W]`` → one row per position ``[B, H W, C]``."""
+    """``[B, C, h, w]`` → one row per position ``[B, h w, C]``."""
     return x.flatten(2).transpose(1, 2)
 
 
@@ -63,11 +63,11 @@ class NonLocalBlock(nn.Module):
         inter_channels: ``C'`` of ``θ``, ``φ``, ``g`` (default ``max(1, C // 2)``, the paper's).
         pairwise: ``"embedded_gaussian"`` (default), ``"gaussian"``, ``"dot_product"`` or
             ``"concatenation"`` (eq. 2-5).
-        subsample: 2 x 2 max pooling after ``φ`` and ``g`` (needs ``H, W >= 2``; §3.3).
+        subsample: 2 x 2 max pooling after ``φ`` and ``g`` (needs ``h, w >= 2``; §3.3).
         batch_norm: a batch norm after ``W_z`` with its scale initialised to zero, so the block
             starts as the identity (§3.3/§4.1); ``False``: ``W_z`` alone (PyTorch's default init).
 
-    Shapes: ``x [B, C, H, W]`` → ``z [B, C, H, W]``.
+    Shapes: ``x [B, C, h, w]`` → ``z [B, C, h, w]``.
 
     Example::
 
@@ -121,10 +121,10 @@ class NonLocalBlock(nn.Module):
         return _positions(out)
 
     def non_local(self, x: Tensor) -> Tensor:
-        """``y = 1/C(x) Σ_j f(x_i, x_j) g(x_j)`` (eq. 1): ``[B, C', H, W]``."""
+        """``y = 1/C(x) Σ_j f(x_i, x_j) g(x_j)`` (eq. 1): ``[B, C', h, w]``."""
         check_feature_map("NonLocalBlock", x, self.channels, 2 if self.subsample else 1)
         b, _, h, w = x.shape
-        query = self._embed(self.theta, x, pool=False)  # θ(x_i): [B, H W, C'] (C for gaussian)
+        query = self._embed(self.theta, x, pool=False)  # θ(x_i): [B, h w, C'] (C for gaussian)
         key = self._embed(self.phi, x, pool=True)  # φ(x_j): [B, N, C']
         value = self._embed(self.g, x, pool=True)  # g(x_j): [B, N, C']
         n = key.shape[1]
@@ -136,11 +136,11 @@ class NonLocalBlock(nn.Module):
         else:
             assert self.concat_weight is not None
             w_theta, w_phi = self.concat_weight.split(self.inter_channels)
-            # w_f^T [θ_i; φ_j] = w_θ^T θ_i + w_φ^T φ_j: no [H W, N, 2C'] concatenation needed
+            # w_f^T [θ_i; φ_j] = w_θ^T θ_i + w_φ^T φ_j: no [h w, N, 2C'] concatenation needed
             f = (
                 (query @ w_theta.to(query.dtype))[:, :, None]
                 + (key @ w_phi.to(key.dtype))[:, None, :]
-            ).relu()  # [B, H W, N], eq. (5)
+            ).relu()  # [B, h w, N], eq. (5)
             y = f @ value / n
         return y.transpose(1, 2).reshape(b, self.inter_channels, h, w)
 
@@ -148,10 +148,10 @@ class NonLocalBlock(nn.Module):
         """``z = W_z y + x`` (eq. 6), with the batch norm after ``W_z`` if enabled.
 
         Args:
-            x: the feature map ``[B, C, H, W]``.
+            x: the feature map ``[B, C, h, w]``.
 
         Returns:
-            ``z [B, C, H, W]``.
+            ``z [B, C, h, w]``.
         """
         wy = self.output(self.non_local(x))
         if self.norm is not None:

@@ -1,9 +1,9 @@
 """Squeeze-and-Excitation channel attention (Hu et al., 2018, "Squeeze-and-Excitation Networks").
 
-Each channel of a feature map is one feature vector (its ``H x W`` responses); the block weighs
+Each channel of a feature map is one feature vector (its ``h x w`` responses); the block weighs
 every channel by a gate computed from all channels' global statistics:
 
-    z_c = 1 / (H W) Σ_{i,j} u_c(i, j)              squeeze: global average pooling   (eq. 2)
+    z_c = 1 / (h w) Σ_{i,j} u_c(i, j)              squeeze: global average pooling   (eq. 2)
     s   = σ(W_2 δ(W_1 z))                          excitation, δ = ReLU, σ = sigmoid (eq. 3)
     x̃_c = s_c · u_c                                 scale                           (eq. 4)
 
@@ -29,7 +29,7 @@ class SqueezeExcitation(nn.Module):
         channels: ``C``.
         reduction: ``r``: the bottleneck has ``max(1, C // r)`` units (paper default 16).
 
-    Shapes: ``u [B, C, H, W]`` → ``x̃ [B, C, H, W]``; :meth:`gates` gives ``s [B, C]``.
+    Shapes: ``u [B, C, h, w]`` → ``x̃ [B, C, h, w]``; :meth:`gates` gives ``s [B, C]``.
 
     Example::
 
@@ -51,7 +51,7 @@ class SqueezeExcitation(nn.Module):
         self.expand = nn.Linear(hidden, channels)  # W_2, eq. (3)
 
     def gates(self, u: Tensor) -> Tensor:
-        """The excitation ``s = σ(W_2 δ(W_1 z)) [B, C]`` of ``u [B, C, H, W]`` (eq. 2-3)."""
+        """The excitation ``s = σ(W_2 δ(W_1 z)) [B, C]`` of ``u [B, C, h, w]`` (eq. 2-3)."""
         check_feature_map("SqueezeExcitation", u, self.channels)
         z = u.mean(dim=(2, 3))  # squeeze, eq. (2): [B, C]
         return self.expand(self.reduce(z).relu()).sigmoid()
@@ -60,9 +60,9 @@ class SqueezeExcitation(nn.Module):
         """``x̃ = s ⊙ u``, each channel scaled by its gate (eq. 4).
 
         Args:
-            u: the feature map ``[B, C, H, W]``.
+            u: the feature map ``[B, C, h, w]``.
 
         Returns:
-            ``x̃ [B, C, H, W]``.
+            ``x̃ [B, C, h, w]``.
         """
         return u * self.gates(u)[:, :, None, None]

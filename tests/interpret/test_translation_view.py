@@ -1,4 +1,4 @@
-"""``explain_run``: the attention page of a trained translation run, checked against the model
+"""``view_run``: the attention page of a trained translation run, checked against the model
 itself — its own ``Seq2SeqOutput.weights`` and a float64 softmax(QKᵀ/√d) recomputed from each
 Transformer attention module's projections and the inputs it received."""
 
@@ -11,9 +11,9 @@ import torch
 
 from attnkit.checkpoint import CheckpointError
 from attnkit.data.tokenize import detokenize, tokenize
-from attnkit.interpret.explain import slug
+from attnkit.interpret.translation_view import slug
 from attnkit.report import describe_model
-from attnkit.run import Run, explain_run
+from attnkit.run import Run, view_run
 
 SENTENCE = "I love you, Zorblax."  # "zorblax" is in no vocabulary: an unknown word
 BOS, EOS = 2, 3
@@ -88,8 +88,8 @@ def by_name(data):
 
 @pytest.mark.parametrize("kind", ["bahdanau", "luong", "transformer"])  # conftest.MODELS
 def test_page_is_one_self_contained_document(runs, kind):
-    path = explain_run(runs[kind], SENTENCE)
-    assert path == runs[kind] / "explain-i-love-you-zorblax.html"
+    path = view_run(runs[kind], SENTENCE)
+    assert path == runs[kind] / "view-i-love-you-zorblax.html"
     text = path.read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
     assert text.count("<html") == 1 and text.count("</html>") == 1
@@ -107,7 +107,7 @@ def test_recurrent_page_shows_the_models_alignment(runs, kind):
     run, model, tokens, ids, emitted, source, lengths, target_in = model_pass(runs[kind], SENTENCE)
     with torch.no_grad():
         out = model(source, lengths, target_in)
-    page, data = parse(explain_run(runs[kind], SENTENCE))
+    page, data = parse(view_run(runs[kind], SENTENCE))
 
     assert [m["name"] for m in data["maps"]] == ["cross-attention"]
     cross = data["maps"][0]
@@ -137,7 +137,7 @@ def test_transformer_page_shows_every_layer_and_head(runs, attention_reference):
         out = model(source, lengths, target_in)
     # every module's weights recomputed in float64 from its projections and inputs
     reference = attention_reference(runs["transformer"], SENTENCE)
-    _, data = parse(explain_run(runs["transformer"], SENTENCE))
+    _, data = parse(view_run(runs["transformer"], SENTENCE))
     maps = by_name(data)
 
     assert list(maps) == ["cross-attention", "encoder self-attention", "decoder self-attention"]
@@ -170,7 +170,7 @@ def test_transformer_page_shows_every_layer_and_head(runs, attention_reference):
 
 def test_beam_size_and_output_path(runs, tmp_path):
     target = tmp_path / "page.html"
-    path = explain_run(runs["luong"], "I am cold.", output=target, beam_size=3)
+    path = view_run(runs["luong"], "I am cold.", output=target, beam_size=3)
     assert path == target and target.is_file()
     _, model, _, _, emitted, source, lengths, target_in = model_pass(
         runs["luong"], "I am cold.", beam_size=3
@@ -186,27 +186,27 @@ def test_beam_size_and_output_path(runs, tmp_path):
 
 def test_bad_run_directory_is_a_checkpoint_error(tmp_path, runs):
     with pytest.raises(CheckpointError, match="not a run directory"):
-        explain_run(tmp_path, SENTENCE)
+        view_run(tmp_path, SENTENCE)
     without_checkpoint = tmp_path / "copy"
     without_checkpoint.mkdir()
     for name in ("config.yaml", "vocab.json"):
         (without_checkpoint / name).write_bytes((runs["bahdanau"] / name).read_bytes())
     with pytest.raises(CheckpointError, match="no checkpoint"):
-        explain_run(without_checkpoint, SENTENCE)
+        view_run(without_checkpoint, SENTENCE)
     assert list(without_checkpoint.glob("*.html")) == []
 
 
 @pytest.mark.parametrize("sentence", ["", "   ", "\u00a0"])
 def test_empty_input_is_a_value_error(runs, sentence):
     with pytest.raises(ValueError, match="at least one word"):
-        explain_run(runs["bahdanau"], sentence)
+        view_run(runs["bahdanau"], sentence)
 
 
 def test_bad_arguments(runs):
     with pytest.raises(TypeError, match="must be a str, got bytes"):
-        explain_run(runs["bahdanau"], b"I love you.")
+        view_run(runs["bahdanau"], b"I love you.")
     with pytest.raises(ValueError, match="beam_size must be a positive int or None, got 0"):
-        explain_run(runs["bahdanau"], SENTENCE, beam_size=0)
+        view_run(runs["bahdanau"], SENTENCE, beam_size=0)
 
 
 def test_slug():
