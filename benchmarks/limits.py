@@ -1,0 +1,162 @@
+"""How close to the machine: attnkit's attention against what this CPU can do at all.
+
+    python benchmarks/limits.py             # n = 1024 ... 8192 (minutes; run it alone, 1 thread)
+    python benchmarks/limits.py --quick     # tiny sizes, to check the script itself
+
+Two limits are measured first, on this machine, in the same run:
+
+* the GEMM throughput: FLOP/s of a large fp32 ``torch.mm`` (2048 x 2048, the best of the
+  repetitions' medians);
+* one element-wise pass: seconds per element of ``torch.exp`` and ``torch.tanh`` over a
+  1 MiB block kept in cache (``out=`` a second 1 MiB block), repeated.
+
+Then each attention call is given as the fraction of the limit that applies to it:
+
+* ``scaled_dot`` and ``general`` (and torch's SDPA, the anchor): the FLOPs of the products,
+  ``4·B·H·M·N·D`` forward and ``12·B·H·M·N·D`` forward + backward (the two forward GEMMs and
+  four backward ones, without recomputation), divided by the time, as a fraction of the GEMM
+  throughput;
+* ``additive``: the time as a number of tanh passes over the ``M·N·d_w`` hidden elements
+  (a floor of about 1 for the forward and 2-3 for forward + backward: the backward recomputes
+  tanh and forms ``1 - tanh²``);
+* ``sparsemax`` and ``1.5-entmax`` over scaled-dot scores: the time as a number of exp passes
+  over the ``B·H·M·N`` scores, beside the GEMM fraction of their products.
+
+Medians of interleaved repetitions (``common.interleaved_medians``), 1 thread by default. The
+table is printed, and kept as the ``limits`` section of ``docs/benchmarks.md`` unless
+``--no-write`` or ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common
+
+import attnkit as ak
+
+#: elements of one cache-resident block (1 MiB of float32)
+BLOCK = 1 << 18
+
+
+def gemm_flops(size: int, repeats: int) -> float:
+    """FLOP/s of ``torch.mm`` of two ``size x size`` float32 matrices (median of ``repeats``)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    out = torch.empty(size, size)
+    seconds = common.interleaved_medians({"mm": lambda: torch.mm(a, b, out=out)}, repeats)["mm"]
+    return 2 * size**3 / seconds
+
+
+def pass_seconds(fn: Callable[..., torch.Tensor], repeats: int, passes: int = 64) -> float:
+    """Seconds per element of one ``fn(x, out=y)`` pass over a cache-resident 1 MiB block."""
+    x, y = torch.rand(BLOCK) * 2 - 1, torch.empty(BLOCK)
+
+    def run() -> None:
+        for _ in range(passes):
+            fn(x, out=y)
+
+    return common.interleaved_medians({"pass": run}, repeats)["pass"] / (passes * BLOCK)
+
+
+def timed(
+    call: Callable[[], object], backward: bool, inputs: list[torch.Tensor]
+) -> Callable[[], None]:
+    """A function running ``call`` (and its backward from a fixed gradient when ``backward``)."""
+
+    def run() -> None:
+        for t in inputs:
+            t.grad = None
+        out = call()
+        out = getattr(out, "context", out)  # attnkit returns an AttentionOutput
+        if backward:
+            out.backward(torch.ones_like(out))
+
+    return run
+
+
+def calls_for(q, k, v, x, general, additive) -> dict[str, Callable[[], object]]:  # type: ignore[no-untyped-def]
+    """The calls of the table on ``q, k, v [B, H, N, D]`` and ``x [B, N, D]`` (one head)."""
+    return {
+        "sdpa (torch)": lambda: F.scaled_dot_product_attention(q, k, v),
+        "scaled_dot": lambda: ak.attention(q, k, v),
+        "general": lambda: ak.attention(q, k, v, score=general),
+        "additive (H=1)": lambda: ak.attention(x, x, x, score=additive),
+        "sparsemax": lambda: ak.attention(q, k, v, align="sparsemax"),
+        "1.5-entmax": lambda: ak.attention(q, k, v, align="entmax15"),
+    }
+
+
+def rows_for(n: int, repeats: int, limits: dict[str, float], quick: bool) -> list[list[str]]:
+    """Every call of the table at length ``n``: time (ms) and its fraction of the limit."""
+    torch.manual_seed(0)
+    b, h, d = 1, 8, 64
+    d_w = 64 if quick else 128
+    rows = []
+    for backward in (False, True):
+        q, k, v = (torch.randn(b, h, n, d, requires_grad=backward) for _ in range(3))
+        x = torch.randn(b, n, d, requires_grad=backward)  # one head for the additive score
+        calls = calls_for(q, k, v, x, ak.scores.General(d, d), ak.scores.Additive(d, d, d_w))
+        inputs = [q, k, v, x]
+        fns = {name: timed(call, backward, inputs) for name, call in calls.items()}
+        seconds = common.interleaved_medians(fns, repeats)
+        products = (12 if backward else 4) * b * h * n * n * d
+        for name, s in seconds.items():
+            if name.startswith("additive"):
+                passes = s / (n * n * d_w * limits["tanh"])
+                limit = f"{passes:.1f} tanh passes over M·N·d_w"
+            else:
+                fraction = products / s / limits["gemm"]
+                limit = f"{100 * fraction:.0f}% of GEMM"
+                if name in ("sparsemax", "1.5-entmax"):
+                    limit += f"; {s / (b * h * n * n * limits['exp']):.0f} exp passes over M·N"
+            rows.append([str(n), "fwd+bwd" if backward else "fwd", name, f"{1e3 * s:.1f}", limit])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one repetition")
+    parser.add_argument("--sizes", type=int, nargs="+", help="sequence lengths (override)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--repeats", type=int, help="interleaved repetitions (default 3)")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    sizes, repeats = ([64, 128], 1) if args.quick else ([1024, 2048, 4096, 8192], 3)
+    sizes, repeats = args.sizes or sizes, args.repeats or repeats
+    start = time.perf_counter()
+    gemm_size = 256 if args.quick else 2048
+    limits = {
+        "gemm": gemm_flops(gemm_size, max(repeats, 3)),
+        "exp": pass_seconds(torch.exp, max(repeats, 3)),
+        "tanh": pass_seconds(torch.tanh, max(repeats, 3)),
+    }
+    lines = [
+        "## How close to the machine",
+        "",
+        f"Limits measured in the same run: fp32 GEMM {limits['gemm'] / 1e9:.1f} GFLOP/s "
+        f"(`torch.mm`, {gemm_size}²), one exp pass {1e9 * limits['exp']:.2f} ns/element, one tanh pass "
+        f"{1e9 * limits['tanh']:.2f} ns/element (1 MiB cache-resident blocks). B=1, H=8, D=64; "
+        "the additive score one head, d_w=128. Reproduce: `python benchmarks/limits.py`.",
+        "",
+    ]
+    rows = [row for n in sizes for row in rows_for(n, repeats, limits, args.quick)]
+    lines.append(common.table(["n", "pass", "call", "ms", "of the limit"], rows))
+    print("\n".join(lines))
+    print(f"({time.perf_counter() - start:.0f} s; {common.machine()})")
+    if not (args.quick or args.no_write):
+        note = f"{args.threads} thread(s), medians of {repeats} interleaved rounds."
+        common.save_section("limits", lines, [], note)
+        print("wrote", common.write_docs())
+
+
+if __name__ == "__main__":
+    main()

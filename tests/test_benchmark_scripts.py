@@ -1,0 +1,55 @@
+"""The device and machine-limit benchmark scripts run end to end (``--quick``: tiny sizes, one
+round) and print every row they promise; their timings are not checked here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _run(script: str) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--quick"], env=env,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_limits_gives_every_call_as_a_fraction_of_the_machine() -> None:
+    out = _run("limits.py")
+    assert "GFLOP/s" in out and "ns/element" in out
+    for call in (
+        "sdpa (torch)",
+        "scaled_dot",
+        "general",
+        "additive (H=1)",
+        "sparsemax",
+        "1.5-entmax",
+    ):
+        rows = [line for line in out.splitlines() if f"| {call} |" in line]
+        assert len(rows) == 4, call  # two sizes, fwd and fwd+bwd
+    assert all("% of GEMM" in line or "tanh passes" in line for line in out.splitlines()
+               if line.startswith("| 64 ") or line.startswith("| 128 "))  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_device_runs_the_key_rows_on_this_device() -> None:
+    out = _run("device.py")
+    assert out.startswith("Device: ")
+    for row in (
+        "SDPA parity",
+        "soft-capping score_mod vs compiled Flex",
+        "additive (H=1, d_w=64)",
+        "weights on demand vs SDPA without",
+        "MultiHeadAttention need_weights vs torch",
+    ):
+        assert f"| {row}" in out, row  # fmt: skip
+    for line in out.splitlines():
+        if line.startswith("| float32 ") and "no backward" not in line:
+            assert float(line.split("|")[-2]) < 1e-4, line  # the outputs agree
