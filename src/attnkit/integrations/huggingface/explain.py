@@ -48,8 +48,11 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
 
     Raises:
         FileNotFoundError: no ``config.json`` in the directory.
-        ValueError: the directory's code would have to run, or the model computes its
-            attention outside transformers' attention interface (:mod:`.guard`).
+        ValueError: the directory's code would have to run, the model computes its
+            attention outside transformers' attention interface (:mod:`.guard`), its weights
+            are pickled, lack a weight or do not fit its ``config.json``, or its tokenizer
+            files are missing or unreadable.
+        OSError: a weights file is damaged (cut or corrupted).
 
     Example::
 
@@ -82,12 +85,23 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
     config = AutoConfig.from_pretrained(directory, **options)
     auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
     try:
-        # use_safetensors: never transformers' fallback to a pickled pytorch_model.bin
-        model = auto.from_pretrained(
-            directory, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True, **options
+        # use_safetensors: never transformers' fallback to a pickled pytorch_model.bin; the
+        # loading info, not transformers' log, tells which weights did not load (refused below)
+        model, loading = auto.from_pretrained(
+            directory,
+            attn_implementation=ATTN_IMPLEMENTATION,
+            use_safetensors=True,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
+            **options,
         )
     except SafetensorError as error:  # damage _check_weights cannot see from the headers
         raise OSError(f"{directory}: its weights are damaged ({_first_line(error)})") from None
+    except RuntimeError as error:  # transformers' own refusals (a weight it cannot convert)
+        raise ValueError(
+            f"{directory}: transformers cannot load its weights ({_first_line(error)})"
+        ) from None
+    _require_loaded(directory, loading)
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, **options)
     except (OSError, ValueError, TypeError, KeyError) as error:
@@ -96,6 +110,32 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
         ) from None
     _require_tokenizer_files(directory, tokenizer)
     return model.eval(), tokenizer
+
+
+def _require_loaded(directory: Path, loading: dict[str, Any]) -> None:
+    """Refuse a model some of whose weights were not in the directory's files, or of another
+    shape than its ``config.json`` says: transformers initialises those at random (or raises a
+    multi-line report), and the page would show the attention of a partly random model.
+
+    The pooler is the one exception: it reads the last layer's output, so no attention map
+    depends on it, and checkpoints saved without it (``BertForMaskedLM``'s) are common.
+    """
+    mismatched = sorted(loading.get("mismatched_keys") or ())
+    if mismatched:
+        key, held, described = mismatched[0]
+        more = f" (and {len(mismatched) - 1} more)" if len(mismatched) > 1 else ""
+        raise ValueError(
+            f"{directory}: its weights do not fit its config.json: {key} is "
+            f"{list(held)} in the weights, {list(described)} in the model config.json "
+            f"describes{more}"
+        )
+    missing = sorted(k for k in loading.get("missing_keys") or () if "pooler" not in k.split("."))
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ValueError(
+            f"{directory}: its weights lack {missing[0]}{more}, which the model its "
+            "config.json describes needs (it would be initialised at random)"
+        )
 
 
 def _first_line(error: BaseException) -> str:
