@@ -56,9 +56,10 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace, config: RunConfig) -> int:
-    """``attnkit train --check``: the configuration validated (above), its data read, and with
-    ``--resume`` the run's architecture compared; nothing is written."""
-    from attnkit.run import Run
+    """``attnkit train --check``: the configuration validated (above), its data read, the
+    model's size compared with the memory available, and with ``--resume`` the run's
+    architecture compared; nothing is written."""
+    from attnkit.run import Run, check_model_fits
     from attnkit.tasks import job_for
 
     job = job_for(config)
@@ -66,9 +67,12 @@ def _check(args: argparse.Namespace, config: RunConfig) -> int:
         from attnkit.checkpoint import CheckpointError
 
         try:
-            Run.open(args.resume, config)
+            Run.open(args.resume, config, job=job)  # restores what the run learnt into job
         except CheckpointError as error:  # --check answers 0 or 2: the configuration is refused
             raise ValueError(str(error)) from None
+    else:
+        job.learnt()  # the vocabularies the model's size depends on
+    check_model_fits(config, job)
     sizes = ", ".join(f"{len(examples)} {split}" for split, examples in job.examples.items())
     print(f"{args.config}: valid; data: {sizes} {job.example_noun}")
     return 0
