@@ -558,7 +558,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if out_of_memory(error):  # an allocation the commands above did not attribute to a flag
             return _fail(
-                args.command, f"not enough memory ({memory_asked(error)}); lower {_SIZES}", 1
+                args.command,
+                f"not enough memory ({memory_asked(error)}); lower "
+                f"{_SIZES.get(args.command, _RUN_SIZES)}",
+                1,
             )
         if not isinstance(error, NonFiniteLossError):
             raise
@@ -568,8 +571,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-#: what sets the sizes a command allocates
-_SIZES = "the sizes given: model.*, train.batch_size, data.max_length, --beam"
+#: what sets the sizes a command allocates: a run's configuration and --beam, or the flags
+#: of ``attnkit info``'s attention call
+_RUN_SIZES = "the sizes given: model.*, train.batch_size, data.max_length, --beam"
+_SIZES = {"info": "the sizes given: --batch, --heads, --queries, --keys, --dim, --value-dim"}
 
 
 def _fail(command: str, error: object, code: int) -> int:

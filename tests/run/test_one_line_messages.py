@@ -175,3 +175,15 @@ def test_a_read_only_run_directory_names_the_page(run_copy, capsys):
     line = _one_line(capsys, "explain")
     assert line.startswith(f"attnkit explain: error: {run_copy / 'explain-hello.html'}: ")
     assert ".tmp" not in line
+
+
+def test_an_allocation_beyond_any_memory_is_one_line_naming_the_flags(capsys):
+    """The allocator's own error (torch's ``DefaultCPUAllocator: can't allocate memory``) is
+    translated into the one line, naming the flags that set the sizes of the command given:
+    ``attnkit info``'s location score holds a row of weights per key."""
+    argv = ["info", "--score", "location", "--keys", "10000000000000", "--dim", "64"]
+    assert main(argv) == 1
+    assert _one_line(capsys, "info") == (
+        "attnkit info: error: not enough memory (2560000.0 GB asked at once); lower the sizes "
+        "given: --batch, --heads, --queries, --keys, --dim, --value-dim"
+    )
