@@ -1,8 +1,8 @@
 """``attnkit explain --hf`` on a model directory it cannot show faithfully: one line naming the
 directory or file and what is wrong, no page, never a traceback or a page of a partly random
 model. Damaged weights (cut, or a header that lies), pickled weights, weights that do not fit
-``config.json`` or lack a tensor, no or unreadable tokenizer files, a tokenizer of another model,
-an input longer than the model's positions."""
+``config.json`` or lack a tensor, a ``config.json`` field of the wrong type, no or unreadable
+tokenizer files, a tokenizer of another model, an input longer than the model's positions."""
 
 from __future__ import annotations
 
@@ -81,6 +81,16 @@ def _config_of_another_size(folder: Path) -> str:
     return f"{folder}: its weights do not fit its config.json: embeddings.LayerNorm.bias is [16]"
 
 
+def _a_field_of_the_wrong_type(folder: Path) -> str:
+    config = json.loads((folder / "config.json").read_text())
+    config["hidden_size"] = "x"
+    (folder / "config.json").write_text(json.dumps(config))
+    return (
+        f"{folder / 'config.json'}: Validation error for field 'hidden_size': TypeError: Field "
+        "'hidden_size' expected int, got str (value: 'x')"
+    )
+
+
 def _a_tensor_missing(folder: Path) -> str:
     weights = folder / "model.safetensors"
     tensors = load_file(weights)
@@ -105,6 +115,7 @@ CASES: dict[str, tuple[Callable[[Path], str], int]] = {
     "a header that lies": (_header_lies, 1),
     "pickled weights": (_pickled, 2),
     "config of another size": (_config_of_another_size, 2),
+    "a config field of the wrong type": (_a_field_of_the_wrong_type, 2),
     "a tensor missing": (_a_tensor_missing, 2),
     "no tokenizer files": (_no_tokenizer_files, 2),
     "damaged tokenizer": (_damaged_tokenizer, 2),

@@ -82,7 +82,13 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
     _refuse_shipped_code(directory)
     _check_weights(directory)
     options = {"local_files_only": True, "trust_remote_code": False}
-    config = AutoConfig.from_pretrained(directory, **options)
+    try:
+        config = AutoConfig.from_pretrained(directory, **options)
+    except (OSError, ValueError):  # one line naming the directory or the file already
+        raise
+    except Exception as error:  # huggingface_hub's check of a field's type, multi-line
+        message = " ".join(str(error).split())
+        raise ValueError(f"{directory / 'config.json'}: {message}") from None
     auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
     try:
         # use_safetensors: never transformers' fallback to a pickled pytorch_model.bin; the
