@@ -476,7 +476,9 @@ class Run:
     def changed_settings(self) -> list[str]:
         """``"key: saved X, given Y"`` for each setting the run goes on with that differs from
         its ``config.yaml`` (none but on a resume with other settings)."""
-        return differing_keys(self._saved.model_dump(mode="json"), self.config.model_dump(mode="json"))
+        return differing_keys(
+            self._saved.model_dump(mode="json"), self.config.model_dump(mode="json")
+        )
 
     def save_config(self) -> bool:
         """Write the configuration the run goes on with to ``config.yaml`` (atomically), so
@@ -615,14 +617,19 @@ def model_bytes(job: Job) -> int | None:
 
 def available_memory() -> int | None:
     """Bytes this process can still allocate: the system's available memory (Linux's
-    ``MemAvailable``), bounded by the address-space limit (``ulimit -v``) less what the
-    process maps; ``None`` where neither is known."""
+    ``MemAvailable``), bounded by a container's limit (cgroup v2's ``memory.max`` less its
+    ``memory.current``) and by the address-space limit (``ulimit -v``) less what the process
+    maps; ``None`` where none is known."""
     bounds = []
     with contextlib.suppress(OSError, ValueError, IndexError):
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:
                 if line.startswith("MemAvailable:"):
                     bounds.append(int(line.split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):  # "max" (no limit) is not a number
+        cgroup = Path("/sys/fs/cgroup")
+        limit = int((cgroup / "memory.max").read_text())
+        bounds.append(max(0, limit - int((cgroup / "memory.current").read_text())))
     try:
         import resource
     except ImportError:  # not a Unix
