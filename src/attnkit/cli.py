@@ -275,8 +275,18 @@ def _explain(args: argparse.Namespace) -> int:
         _check_explain_output(args.output, args.run_dir, force=args.force)
     if args.hf is not None:
         from attnkit.integrations.huggingface import explain_model
+        from attnkit.run import memory_asked, out_of_memory
 
-        path = explain_model(args.hf, text, output=args.output)
+        try:
+            path = explain_model(args.hf, text, output=args.output)
+        except (MemoryError, RuntimeError) as error:
+            if not out_of_memory(error):
+                raise
+            # the model is the user's; what sets the sizes is the input (weights are L·H·T²)
+            raise ValueError(
+                f"--input: {len(text)} characters: not enough memory for their attention "
+                f"({memory_asked(error)}); shorten --input"
+            ) from None
         print(f"attention viewer: {path}")
         return 0
     from attnkit.run import Run, check_beam, explain_run

@@ -7,6 +7,7 @@ tokenizer files, a tokenizer of another model, an input longer than the model's 
 from __future__ import annotations
 
 import json
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
@@ -168,3 +169,42 @@ def test_an_input_longer_than_the_positions_is_refused(tmp_path, capsys) -> None
         "shorten the input to at most 4 tokens"
     )
     assert _explain(folder, tmp_path / "short.html", capsys, text="the cat") == (0, "")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux's /proc")
+def test_an_input_too_long_for_memory_names_input(tmp_path, capsys) -> None:
+    """A model without a table of positions (rotary: Llama) takes any length, and its weights
+    for T tokens take L·H·T² numbers: 20,002 tokens ask 3.2 GB at once. Under an address space
+    2 GB larger than the process, the allocator's error becomes one line naming ``--input``."""
+    from transformers import LlamaConfig, LlamaModel
+
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    config = LlamaConfig(
+        vocab_size=len(WORDS),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    LlamaModel(config).save_pretrained(folder)
+    (folder / "vocab.txt").write_text("\n".join(WORDS))
+    BertTokenizer(str(folder / "vocab.txt")).save_pretrained(folder)
+    mapped = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmSize:")
+    )
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + 2 * 2**30, before[1]))
+    try:
+        code, line = _explain(folder, tmp_path / "page.html", capsys, "the cat sat . " * 5000)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, before)
+    assert code == 2
+    assert line == (
+        "attnkit explain: error: --input: 70000 characters: not enough memory for their "
+        "attention (3.2 GB asked at once); shorten --input"
+    )
+    assert not (tmp_path / "page.html").exists()
