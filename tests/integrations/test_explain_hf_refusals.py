@@ -1,8 +1,9 @@
 """``attnkit explain --hf`` on a model directory it cannot show faithfully: one line naming the
 directory or file and what is wrong, no page, never a traceback or a page of a partly random
-model. Damaged weights (cut, or a header that lies), pickled weights, weights that do not fit
-``config.json`` or lack a tensor, a ``config.json`` field of the wrong type, no or unreadable
-tokenizer files, a tokenizer of another model, an input longer than the model's positions."""
+model. Damaged weights (cut, a header that lies, a shard missing or a damaged index), pickled
+weights, weights that do not fit ``config.json`` or lack a tensor, a ``config.json`` field of the
+wrong type, no or unreadable tokenizer files, a tokenizer of another model, an input longer than
+the model's positions or than memory allows."""
 
 from __future__ import annotations
 
@@ -100,6 +101,28 @@ def _a_tensor_missing(folder: Path) -> str:
     return f"{folder}: its weights lack encoder.layer.0.attention.self.query.weight"
 
 
+def _sharded(folder: Path) -> Path:
+    """The model's weights re-saved as transformers shards them: files of at most 5 KB and
+    ``model.safetensors.index.json`` mapping each tensor to its file."""
+    model = BertModel.from_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    model.save_pretrained(folder, max_shard_size="5KB")
+    return folder / "model.safetensors.index.json"
+
+
+def _a_shard_missing(folder: Path) -> str:
+    index = _sharded(folder)
+    shard = sorted(folder.glob("model-*.safetensors"))[1]
+    shard.unlink()
+    return f"{index}: names the shard {shard.name}, which is not in {folder}; fetch the missing"
+
+
+def _a_damaged_index(folder: Path) -> str:
+    index = _sharded(folder)
+    index.write_text("{cut")
+    return f"{index}: not an index of safetensors shards (JSONDecodeError"
+
+
 def _no_tokenizer_files(folder: Path) -> str:
     for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
         (folder / name).unlink(missing_ok=True)
@@ -114,6 +137,8 @@ def _damaged_tokenizer(folder: Path) -> str:
 CASES: dict[str, tuple[Callable[[Path], str], int]] = {
     "cut weights": (_cut, 1),
     "a header that lies": (_header_lies, 1),
+    "a shard missing": (_a_shard_missing, 1),
+    "a damaged shard index": (_a_damaged_index, 1),
     "pickled weights": (_pickled, 2),
     "config of another size": (_config_of_another_size, 2),
     "a config field of the wrong type": (_a_field_of_the_wrong_type, 2),

@@ -179,6 +179,7 @@ def _check_weights(directory: Path) -> None:
             "unpickles (a pickle can run code): convert them to model.safetensors where you "
             "trust the file (transformers' save_pretrained writes safetensors)"
         )
+    _check_index(directory / "model.safetensors.index.json")
     for file in sorted(directory.glob("*.safetensors")):
         try:
             with safe_open(file, framework="pt"):
@@ -188,6 +189,31 @@ def _check_weights(directory: Path) -> None:
                 f"{file}: damaged weights ({_first_line(error)}); a cut download or copy: "
                 "fetch the file again"
             ) from None
+
+
+def _check_index(index: Path) -> None:
+    """Refuse the index of sharded weights when it is unreadable or names a shard that is not
+    beside it (a cut download), naming the index: transformers' own errors name neither."""
+    if not index.is_file():
+        return
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(f, str) for f in weight_map.values()
+        ):
+            raise TypeError("weight_map is not a mapping of tensor names to file names")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise OSError(
+            f"{index}: not an index of safetensors shards ({_first_line(error)}); a cut "
+            "download or copy: fetch the file again"
+        ) from None
+    missing = sorted({name for name in weight_map.values() if not (index.parent / name).is_file()})
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise OSError(
+            f"{index}: names the shard {missing[0]}{more}, which is not in {index.parent}; "
+            "fetch the missing shards"
+        )
 
 
 def _require_tokenizer_files(directory: Path, tokenizer: Any) -> None:
