@@ -56,9 +56,10 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace, config: RunConfig) -> int:
-    """``attnkit train --check``: the configuration validated (above), its data read, and with
-    ``--resume`` the run's architecture compared; nothing is written."""
-    from attnkit.run import Run
+    """``attnkit train --check``: the configuration validated (above), its data read, the
+    model's size compared with the memory available, and with ``--resume`` the run's
+    architecture compared; nothing is written."""
+    from attnkit.run import Run, check_model_fits
     from attnkit.tasks import job_for
 
     job = job_for(config)
@@ -66,9 +67,12 @@ def _check(args: argparse.Namespace, config: RunConfig) -> int:
         from attnkit.checkpoint import CheckpointError
 
         try:
-            Run.open(args.resume, config)
+            Run.open(args.resume, config, job=job)  # restores what the run learnt into job
         except CheckpointError as error:  # --check answers 0 or 2: the configuration is refused
             raise ValueError(str(error)) from None
+    else:
+        job.learnt()  # the vocabularies the model's size depends on
+    check_model_fits(config, job)
     sizes = ", ".join(f"{len(examples)} {split}" for split, examples in job.examples.items())
     print(f"{args.config}: valid; data: {sizes} {job.example_noun}")
     return 0
@@ -271,8 +275,18 @@ def _explain(args: argparse.Namespace) -> int:
         _check_explain_output(args.output, args.run_dir, force=args.force)
     if args.hf is not None:
         from attnkit.integrations.huggingface import view_model
+        from attnkit.run import memory_asked, out_of_memory
 
-        path = view_model(args.hf, text, output=args.output)
+        try:
+            path = view_model(args.hf, text, output=args.output)
+        except (MemoryError, RuntimeError) as error:
+            if not out_of_memory(error):
+                raise
+            # the model is the user's; what sets the sizes is the input (weights are L·H·T²)
+            raise ValueError(
+                f"--input: {len(text)} characters: not enough memory for their attention "
+                f"({memory_asked(error)}); shorten --input"
+            ) from None
         print(f"attention viewer: {path}")
         return 0
     from attnkit.run import Run, check_beam, view_run
@@ -558,7 +572,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if out_of_memory(error):  # an allocation the commands above did not attribute to a flag
             return _fail(
-                args.command, f"not enough memory ({memory_asked(error)}); lower {_SIZES}", 1
+                args.command,
+                f"not enough memory ({memory_asked(error)}); lower "
+                f"{_SIZES.get(args.command, _RUN_SIZES)}",
+                1,
             )
         if not isinstance(error, NonFiniteLossError):
             raise
@@ -568,8 +585,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-#: what sets the sizes a command allocates
-_SIZES = "the sizes given: model.*, train.batch_size, data.max_length, --beam"
+#: what sets the sizes a command allocates: a run's configuration and --beam, or the flags
+#: of ``attnkit info``'s attention call
+_RUN_SIZES = "the sizes given: model.*, train.batch_size, data.max_length, --beam"
+_SIZES = {"info": "the sizes given: --batch, --heads, --queries, --keys, --dim, --value-dim"}
 
 
 def _fail(command: str, error: object, code: int) -> int:

@@ -71,11 +71,14 @@ __all__ = [
     "Run",
     "RunLock",
     "RunLockedError",
+    "available_memory",
     "check_beam",
+    "check_model_fits",
     "check_new_run",
     "lower_when_out_of_memory",
     "make_run_dir",
     "memory_asked",
+    "model_bytes",
     "new_run_path",
     "out_of_memory",
     "read_metrics",
@@ -475,7 +478,9 @@ class Run:
     def changed_settings(self) -> list[str]:
         """``"key: saved X, given Y"`` for each setting the run goes on with that differs from
         its ``config.yaml`` (none but on a resume with other settings)."""
-        return differing_keys(self._saved.model_dump(mode="json"), self.config.model_dump(mode="json"))
+        return differing_keys(
+            self._saved.model_dump(mode="json"), self.config.model_dump(mode="json")
+        )
 
     def save_config(self) -> bool:
         """Write the configuration the run goes on with to ``config.yaml`` (atomically), so
@@ -506,21 +511,16 @@ class Run:
             holder.release()
 
     def _build(self) -> nn.Module:
+        check_model_fits(self.config, self.job)  # before the allocator could take the memory
         try:
             return self.job.build_model()
         except (MemoryError, RuntimeError) as error:
             if not out_of_memory(error):
                 raise
-            # the sizes are the configuration's: name the largest, the one most likely to lower
-            sizes = {
-                key: value
-                for key, value in architecture(self.config).items()
-                if key.startswith("model.") and type(value) is int
-            }
-            largest = max(sizes, key=sizes.__getitem__, default="model.*")
+            key, value = _largest_size(self.config)
             raise ValueError(
-                f"{largest}: {sizes.get(largest)}: the model does not fit in memory "
-                f"({memory_asked(error)}); lower {largest}"
+                f"{key}: {value}: the model does not fit in memory ({memory_asked(error)}); "
+                f"lower {key}"
             ) from None
 
     def new_model(self) -> nn.Module:
@@ -590,6 +590,86 @@ class Run:
 def _listed(names: list[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _largest_size(config: RunConfig) -> tuple[str, int | None]:
+    """The configuration's largest integer ``model.*`` size and its value: the key most likely
+    to lower when the model does not fit."""
+    sizes = {
+        key: value
+        for key, value in architecture(config).items()
+        if key.startswith("model.") and type(value) is int
+    }
+    largest = max(sizes, key=sizes.__getitem__, default="model.*")
+    return largest, sizes.get(largest)
+
+
+def model_bytes(job: Job) -> int | None:
+    """What the weights and buffers of ``job``'s model take, counted on a model built on the
+    ``meta`` device (shapes without memory); ``None`` if the job cannot build it there. The
+    random state is left as it was: building draws nothing from the run's generator."""
+    try:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            model = job.build_model()
+    except Exception:  # a job that needs real tensors to build: its real build is the check
+        return None
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: the system's available memory (Linux's
+    ``MemAvailable``), bounded by a container's limit (cgroup v2's ``memory.max`` less its
+    ``memory.current``) and by the address-space limit (``ulimit -v``) less what the process
+    maps; ``None`` where none is known."""
+    bounds = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    bounds.append(int(line.split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):  # "max" (no limit) is not a number
+        cgroup = Path("/sys/fs/cgroup")
+        limit = int((cgroup / "memory.max").read_text())
+        bounds.append(max(0, limit - int((cgroup / "memory.current").read_text())))
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return min(bounds, default=None)
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        mapped = 0
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open("/proc/self/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmSize:"):
+                        mapped = int(line.split()[1]) * 1024
+        bounds.append(max(0, soft - mapped))
+    return min(bounds, default=None)
+
+
+def check_model_fits(config: RunConfig, job: Job) -> None:
+    """Refuse a model whose weights alone take more memory than this process can allocate,
+    naming the configuration's largest size, before anything is allocated.
+
+    The allocator alone is no guard: under the kernel's overcommit a 20 GB table on a 23 GB
+    machine is granted, and filling it with its initial values takes the machine's memory
+    (other processes are killed) before anything fails. Only a model that cannot fit even
+    without gradients and optimizer state is refused, so nothing that could run is.
+
+    Raises:
+        ValueError: ``"model.embed_dim: 100000000: the model's weights take 51.2 GB, more
+            than the 19.0 GB of memory available; lower model.embed_dim"``.
+    """
+    needed = model_bytes(job)
+    free = available_memory()
+    if needed is None or free is None or needed <= free:
+        return
+    key, value = _largest_size(config)
+    raise ValueError(
+        f"{key}: {value}: the model's weights take {needed / 1e9:.1f} GB, more than the "
+        f"{free / 1e9:.1f} GB of memory available; lower {key}"
+    )
 
 
 def out_of_memory(error: BaseException) -> bool:

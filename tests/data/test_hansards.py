@@ -167,3 +167,40 @@ def test_the_french_to_english_direction(tiny_root):
     assert data["train"][1].source == forward["train"][1].target
     with pytest.raises(ConfigError, match="reverse: only a translation corpus"):
         validate({**raw, "data": {"corpus": "movie_reviews", "reverse": True}, "model": {"kind": "han"}})
+
+
+# ------------------------------------------------------------ damaged files: file and line named
+
+
+@pytest.mark.parametrize("name", ["train-csc401-subset/train.f", "gold/test.e"])
+def test_bytes_that_are_not_utf8_name_the_file_and_line(tiny_root, name):
+    path = tiny_root / name
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = b"Je suis d'accord, caf\xe9."  # a Latin-1 byte on the second line
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(ValueError) as error:
+        load_hansards(tiny_root)
+    assert str(error.value) == (
+        f"{path}: line 2 is not UTF-8 text (byte 0xe9 at byte 22 of the line); the Hansards "
+        "files are UTF-8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("link", "expected"),
+    [
+        ("x-1", "not a Pharaoh link (i-j, i?j or ipj, 0-based integer positions): 'x-1'"),
+        ("+1-2", "not a Pharaoh link (i-j, i?j or ipj, 0-based integer positions): '+1-2'"),
+        ("0:1", "not a Pharaoh link (i-j, i?j or ipj, 0-based integer positions): '0:1'"),
+        ("2-9", "the link 2-9 is outside the sentence pair (3 English, 5 French tokens; "
+         "positions are 0-based, English first)"),
+    ],
+)  # fmt: skip
+def test_a_bad_gold_link_names_the_file_and_line(tiny_root, link, expected):
+    pharaoh = tiny_root / "gold" / "test.pharaoh"
+    lines = pharaoh.read_text().splitlines()
+    lines[100] = f"0-0 {link}"  # line 101: "I agree ." / "je suis de accord ."
+    pharaoh.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError) as error:
+        load_hansards_gold(tiny_root)
+    assert str(error.value) == f"{pharaoh}: line 101: {expected}"

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -133,8 +136,8 @@ def test_a_lock_file_left_by_a_training_still_starts_a_new_run(tmp_path, content
 # ------------------------------------------------------------- a failed set-up writes nothing
 
 FAILED_SET_UPS = {
-    # --set and exit code 2: refused by validation, by the data, by the allocator (beyond any
-    # address space, so it fails at once whatever the kernel's overcommit)
+    # --set and exit code 2: refused by validation, by the data, by the model's size (beyond any
+    # machine's memory: refused before anything is allocated)
     "seed beyond int64": (["seed=99999999999999999999"], 2),
     "empty training split": (["data.max_pairs=1", "data.max_length=1"], 2),
     "huge embed_dim": (["model.embed_dim=10000000000000"], 2),
@@ -156,6 +159,47 @@ def test_a_failed_set_up_leaves_no_run_directory(tmp_path, capsys, case):
     # the same --run-dir is free again: a corrected command starts the run
     fixed = load_config(config_path)
     train(fixed, run_dir=run_dir, stop_after=1, quiet=True, log=_quiet)
+    assert [m["step"] for m in read_metrics(run_dir)] == [1]
+
+
+@contextmanager
+def _address_space(spare: int) -> Iterator[None]:
+    """This process limited to ``spare`` bytes more than it maps (``ulimit -v``): a model
+    larger than that cannot fit here, whatever the machine's memory."""
+    mapped = next(
+        int(line.split()[1]) * 1024
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if line.startswith("VmSize:")
+    )
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + spare, before[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, before)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux's /proc")
+def test_a_model_too_large_for_memory_is_refused_before_anything_is_allocated(
+    tmp_path, config_file, capsys
+):
+    """``model.embed_dim: 100000000`` (tables of tens of GB): ``--check`` and training both
+    refuse it in one line naming the key (exit 2), before the allocator is asked: under the
+    kernel's overcommit a table smaller than the machine is granted, and filling it would take
+    the machine's memory before anything failed. The same ``--run-dir`` then trains."""
+    run_dir = tmp_path / "run"
+    huge = ["--set", "model.embed_dim=100000000"]
+    expected = re.compile(
+        r"attnkit train: error: model\.embed_dim: 100000000: the model's weights take "
+        r"[0-9.]+ GB, more than the [0-9.]+ GB of memory available; lower model\.embed_dim\n"
+    )
+    with _address_space(2 * 2**30):
+        assert main(["train", str(config_file), *huge, "--check"]) == 2
+        assert expected.fullmatch(capsys.readouterr().err)
+        assert main(["train", str(config_file), *huge, "--run-dir", str(run_dir)]) == 2
+        assert expected.fullmatch(capsys.readouterr().err)
+    assert not run_dir.exists()
+    assert main(["train", str(config_file), "--run-dir", str(run_dir), "--stop-after", "1"]) == 0
     assert [m["step"] for m in read_metrics(run_dir)] == [1]
 
 

@@ -48,8 +48,11 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
 
     Raises:
         FileNotFoundError: no ``config.json`` in the directory.
-        ValueError: the directory's code would have to run, or the model computes its
-            attention outside transformers' attention interface (:mod:`.guard`).
+        ValueError: the directory's code would have to run, the model computes its
+            attention outside transformers' attention interface (:mod:`.guard`), its weights
+            are pickled, lack a weight or do not fit its ``config.json``, or its tokenizer
+            files are missing or unreadable.
+        OSError: a weights file is damaged (cut or corrupted).
 
     Example::
 
@@ -79,15 +82,32 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
     _refuse_shipped_code(directory)
     _check_weights(directory)
     options = {"local_files_only": True, "trust_remote_code": False}
-    config = AutoConfig.from_pretrained(directory, **options)
+    try:
+        config = AutoConfig.from_pretrained(directory, **options)
+    except (OSError, ValueError):  # one line naming the directory or the file already
+        raise
+    except Exception as error:  # huggingface_hub's check of a field's type, multi-line
+        message = " ".join(str(error).split())
+        raise ValueError(f"{directory / 'config.json'}: {message}") from None
     auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
     try:
-        # use_safetensors: never transformers' fallback to a pickled pytorch_model.bin
-        model = auto.from_pretrained(
-            directory, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True, **options
+        # use_safetensors: never transformers' fallback to a pickled pytorch_model.bin; the
+        # loading info, not transformers' log, tells which weights did not load (refused below)
+        model, loading = auto.from_pretrained(
+            directory,
+            attn_implementation=ATTN_IMPLEMENTATION,
+            use_safetensors=True,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,
+            **options,
         )
     except SafetensorError as error:  # damage _check_weights cannot see from the headers
         raise OSError(f"{directory}: its weights are damaged ({_first_line(error)})") from None
+    except RuntimeError as error:  # transformers' own refusals (a weight it cannot convert)
+        raise ValueError(
+            f"{directory}: transformers cannot load its weights ({_first_line(error)})"
+        ) from None
+    _require_loaded(directory, loading)
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory, **options)
     except (OSError, ValueError, TypeError, KeyError) as error:
@@ -96,6 +116,32 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
         ) from None
     _require_tokenizer_files(directory, tokenizer)
     return model.eval(), tokenizer
+
+
+def _require_loaded(directory: Path, loading: dict[str, Any]) -> None:
+    """Refuse a model some of whose weights were not in the directory's files, or of another
+    shape than its ``config.json`` says: transformers initialises those at random (or raises a
+    multi-line report), and the page would show the attention of a partly random model.
+
+    The pooler is the one exception: it reads the last layer's output, so no attention map
+    depends on it, and checkpoints saved without it (``BertForMaskedLM``'s) are common.
+    """
+    mismatched = sorted(loading.get("mismatched_keys") or ())
+    if mismatched:
+        key, held, described = mismatched[0]
+        more = f" (and {len(mismatched) - 1} more)" if len(mismatched) > 1 else ""
+        raise ValueError(
+            f"{directory}: its weights do not fit its config.json: {key} is "
+            f"{list(held)} in the weights, {list(described)} in the model config.json "
+            f"describes{more}"
+        )
+    missing = sorted(k for k in loading.get("missing_keys") or () if "pooler" not in k.split("."))
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ValueError(
+            f"{directory}: its weights lack {missing[0]}{more}, which the model its "
+            "config.json describes needs (it would be initialised at random)"
+        )
 
 
 def _first_line(error: BaseException) -> str:
@@ -133,6 +179,7 @@ def _check_weights(directory: Path) -> None:
             "unpickles (a pickle can run code): convert them to model.safetensors where you "
             "trust the file (transformers' save_pretrained writes safetensors)"
         )
+    _check_index(directory / "model.safetensors.index.json")
     for file in sorted(directory.glob("*.safetensors")):
         try:
             with safe_open(file, framework="pt"):
@@ -142,6 +189,31 @@ def _check_weights(directory: Path) -> None:
                 f"{file}: damaged weights ({_first_line(error)}); a cut download or copy: "
                 "fetch the file again"
             ) from None
+
+
+def _check_index(index: Path) -> None:
+    """Refuse the index of sharded weights when it is unreadable or names a shard that is not
+    beside it (a cut download), naming the index: transformers' own errors name neither."""
+    if not index.is_file():
+        return
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(f, str) for f in weight_map.values()
+        ):
+            raise TypeError("weight_map is not a mapping of tensor names to file names")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise OSError(
+            f"{index}: not an index of safetensors shards ({_first_line(error)}); a cut "
+            "download or copy: fetch the file again"
+        ) from None
+    missing = sorted({name for name in weight_map.values() if not (index.parent / name).is_file()})
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise OSError(
+            f"{index}: names the shard {missing[0]}{more}, which is not in {index.parent}; "
+            "fetch the missing shards"
+        )
 
 
 def _require_tokenizer_files(directory: Path, tokenizer: Any) -> None:
