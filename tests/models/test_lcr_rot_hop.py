@@ -119,3 +119,48 @@ def test_task_collates_the_three_parts_for_the_model() -> None:
     assert again.build_model()(**inputs).shape == (5, 2)
     with pytest.raises(TypeError, match="TargetExample"):
         task.label(("not", "an", "example"))
+
+
+def test_pretrained_embeddings_are_the_initial_table_and_are_trained() -> None:
+    torch.manual_seed(0)
+    vectors = torch.randn(25, 6)
+    model = LCRRotHop(25, 3, embed_dim=6, hidden_dim=4, hops=1, embeddings=vectors)
+    weight = model.embedding.weight
+    assert torch.equal(weight[1:], vectors[1:]) and torch.equal(weight[PAD], torch.zeros(6))
+    assert weight.requires_grad  # fine-tuned with the rest of the model
+    ids = torch.tensor([[3, 4]])
+    model(ids, ids, ids).sum().backward()
+    assert weight.grad[3].abs().sum() > 0 and weight.grad[PAD].abs().sum() == 0
+    with pytest.raises(ValueError, match=r"\[vocab_size, embed_dim\] = \[25, 6\], got \[25, 5\]"):
+        LCRRotHop(25, 3, embed_dim=6, embeddings=torch.zeros(25, 5))
+    with pytest.raises(ValueError, match="floating-point tensor"):
+        LCRRotHop(25, 3, embed_dim=6, embeddings=torch.zeros(25, 6, dtype=torch.long))
+
+
+def test_one_hop_is_lcr_rot_written_out_in_float64() -> None:
+    """``hops=1`` is Zheng & Xia's LCR-Rot: eq. (17)-(20) with f(h, q) = tanh(h^T W q + b)."""
+    model, left, target, right = model_and_batch(torch.float64, hops=1)
+    rotation = model.rotatory.rotations[0]
+
+    def attend(part: str, query: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        w, b = rotation.scores[part].query_proj.weight, rotation.scores[part].bias
+        e = torch.tanh(torch.einsum("bnd,de,be->bn", h, w, query) + b)
+        e = e.masked_fill(~mask, float("-inf"))
+        a = torch.softmax(e, -1).nan_to_num(0.0)  # an empty context: zero weights
+        return (a.unsqueeze(-1) * h).sum(1)
+
+    with torch.no_grad():
+        for part, b in zip(("l", "r", "lt", "rt"), (0.3, -0.2, 0.5, 0.1), strict=True):
+            rotation.scores[part].bias.fill_(b)  # non-zero b: it sits inside tanh
+        h, m = {}, {}
+        for part, tokens in (("left", left), ("target", target), ("right", right)):
+            m[part] = tokens != PAD
+            h[part] = model.encoders[part](model.embedding(tokens), m[part])
+        r_t = (h["target"] * m["target"].unsqueeze(-1)).sum(1) / m["target"].sum(1, keepdim=True)
+        r_l = attend("l", r_t, h["left"], m["left"])
+        r_r = attend("r", r_t, h["right"], m["right"])
+        r_lt = attend("lt", r_l, h["target"], m["target"])
+        r_rt = attend("rt", r_r, h["target"], m["target"])
+        r = torch.cat([r_l, r_r, r_lt, r_rt], -1)
+        expected = r @ model.classifier.weight.T + model.classifier.bias
+        torch.testing.assert_close(model(left, target, right), expected, atol=1e-12, rtol=1e-12)
