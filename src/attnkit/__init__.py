@@ -27,6 +27,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "align": ("attnkit.core.align", None),
     "attention": ("attnkit.core.engine", "attention"),
     "attention_hooks": ("attnkit.core.hooks", "attention_hooks"),
+    "backends": ("attnkit.core.engine", "backends"),
     "data": ("attnkit.data", None),
     "distributed": ("attnkit.distributed", None),
     "efficient": ("attnkit.efficient", None),
@@ -75,7 +76,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, eagerly
     )
     from attnkit.core import align, masks, scores  # noqa: F401
     from attnkit.core.call import AttentionOutput  # noqa: F401
-    from attnkit.core.engine import attention, explain  # noqa: F401
+    from attnkit.core.engine import attention, backends, explain  # noqa: F401
     from attnkit.core.general import GeneralAttention  # noqa: F401
     from attnkit.core.hooks import AttentionHook, attention_hooks  # noqa: F401
     from attnkit.core.merge import merge_attention  # noqa: F401

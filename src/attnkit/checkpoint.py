@@ -504,11 +504,20 @@ def read_checkpoint(path: str | Path, architecture: Mapping[str, Any] | None = N
     are read, listing each differing key. Raises :class:`CheckpointError` (one line naming the
     file) for a missing, empty, truncated or corrupted file — in either file, in bytes or in
     content (wrong structure or types, a checksum that does not match, a bad RNG state)."""
-    json_path = Path(path).with_suffix(".json")
+    given = Path(path)
+    expected = "a checkpoint is a step-XXXXXXXX.json (or its .safetensors) of a run's checkpoints/"
+    if given.suffix not in (".json", ".safetensors"):
+        raise CheckpointError(f"{given}: not a checkpoint of attnkit; {expected}")
+    json_path = given.with_suffix(".json")
     try:
         text = json_path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise CheckpointError(f"{json_path}: no such checkpoint") from None
+        if given != json_path and given.exists():  # the tensors without the JSON vouching them
+            raise CheckpointError(
+                f"{given}: its checkpoint {json_path.name} is missing (a checkpoint exists once "
+                "its JSON does)"
+            ) from None
+        raise CheckpointError(f"{given}: no such checkpoint; {expected}") from None
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{json_path}: unreadable ({_one_line(error)})") from None
     if not text.strip():

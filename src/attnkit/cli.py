@@ -110,17 +110,21 @@ def _eval(args: argparse.Namespace) -> int:
     import json
 
     from attnkit.checkpoint import atomic_write
-    from attnkit.run import Run
+    from attnkit.run import Run, check_beam, lower_when_out_of_memory
 
     if args.set and not args.config:
         raise ValueError("--set changes a configuration given with --config (none was given)")
     config = _load_config(args.config, args.set) if args.config else None
     run = Run.open(args.run_dir, config)
+    beam = check_beam(run, args.beam)
     model, step = run.load_model(args.checkpoint)
     examples = run.job.examples
     if args.split not in examples:
         raise ValueError(f"--split must be one of {', '.join(examples)}, got {args.split!r}")
-    results = run.job.evaluate(model, examples[args.split], beam_size=args.beam, quiet=args.quiet)
+    with lower_when_out_of_memory(_beam_option(args.beam), beam):
+        results = run.job.evaluate(
+            model, examples[args.split], beam_size=args.beam, quiet=args.quiet
+        )
     results["step"] = step
     # printed before they are saved: a failed save (a full disk, a read-only run) loses nothing
     size, *lines = run.job.describe_results(results)
@@ -144,9 +148,10 @@ def _translate(args: argparse.Namespace) -> int:
     from attnkit.data.tokenize import detokenize, tokenize
     from attnkit.evaluate.translation import translate
     from attnkit.report import Alignment, format_matrix
-    from attnkit.run import Run
+    from attnkit.run import Run, check_beam, lower_when_out_of_memory
     from attnkit.tasks.translation import TranslationJob
 
+    sentences = [_text_argument(sentence, "SENTENCE") for sentence in args.sentences]
     run = Run.open(args.run_dir)
     if not isinstance(run.job, TranslationJob):
         raise ValueError(
@@ -154,23 +159,45 @@ def _translate(args: argparse.Namespace) -> int:
             "translation run (use attnkit eval)"
         )
     vocabularies = run.job.vocabularies
+    beam = check_beam(run, args.beam)
     model, _ = run.load_model(finite=True)
-    for sentence in args.sentences:
+    for sentence in sentences:
         source = tokenize(sentence, "en")
         if not source:
             raise ValueError(f"nothing to translate in {sentence!r}")
-        [(target, weights)] = translate(
-            model,
-            vocabularies,
-            [source],
-            beam_size=run.config.decode.beam_size if args.beam is None else args.beam,
-            max_length=run.config.decode.max_length,
-        )
+        with lower_when_out_of_memory(_beam_option(args.beam), beam):
+            [(target, weights)] = translate(
+                model,
+                vocabularies,
+                [source],
+                beam_size=beam,
+                max_length=run.config.decode.max_length,
+            )
         print(detokenize(target, "fr"))
         if not args.no_attention:
             known = [w if w in vocabularies.source else f"{w}(unk)" for w in source]
             print(format_matrix(Alignment(known, [*target, "<eos>"], weights)))
     return 0
+
+
+def _beam_option(beam: int | None) -> str:
+    """Where the beam came from: the flag, or the run's configuration."""
+    return "decode.beam_size" if beam is None else "--beam"
+
+
+def _text_argument(text: str, name: str) -> str:
+    """A command-line text refused unless it is UTF-8: other bytes reach Python as surrogate
+    escapes, which no tokenizer or page can take."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        byte = ord(text[error.start]) - 0xDC00  # surrogateescape maps byte b to U+DC00 + b
+        shown = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else f"{text[error.start]!r}"
+        raise ValueError(
+            f"{name}: not UTF-8 text ({shown} at character {error.start + 1}); give the text "
+            "in UTF-8"
+        ) from None
+    return text
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -233,6 +260,7 @@ def _zoo(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     if (args.run_dir is None) == (args.hf is None):
         raise ValueError("explain takes a RUN_DIR or --hf MODEL_DIR (one of the two)")
+    text = _text_argument(args.input, "--input")
     if args.output is not None:
         # refused as torch.save and matplotlib's savefig refuse it: no folder is made on a typo
         folder = os.path.dirname(os.path.abspath(args.output))
@@ -244,12 +272,13 @@ def _explain(args: argparse.Namespace) -> int:
     if args.hf is not None:
         from attnkit.integrations.huggingface import explain_model
 
-        path = explain_model(args.hf, args.input, output=args.output)
+        path = explain_model(args.hf, text, output=args.output)
         print(f"attention viewer: {path}")
         return 0
-    from attnkit.run import explain_run
+    from attnkit.run import Run, check_beam, explain_run
 
-    path = explain_run(args.run_dir, args.input, output=args.output, beam_size=args.beam)
+    check_beam(Run.open(args.run_dir), args.beam)  # named as given: --beam
+    path = explain_run(args.run_dir, text, output=args.output, beam_size=args.beam)
     print(f"attention viewer: {path}")
     return 0
 
@@ -519,15 +548,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(args.command, f"{where}{error.strerror or error}", 1)
     except (ValueError, TypeError) as error:  # bad configuration or arguments: exit code 2
         return _fail(args.command, error, 2)
-    except RuntimeError as error:
+    except (MemoryError, RuntimeError) as error:
+        from attnkit.run import memory_asked, out_of_memory
         from attnkit.train import NonFiniteLossError
 
+        if out_of_memory(error):  # an allocation the commands above did not attribute to a flag
+            return _fail(
+                args.command, f"not enough memory ({memory_asked(error)}); lower {_SIZES}", 1
+            )
         if not isinstance(error, NonFiniteLossError):
             raise
         return _fail(args.command, error, 1)  # a diverged training run
     except KeyboardInterrupt:
         print(f"attnkit {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+#: what sets the sizes a command allocates
+_SIZES = "the sizes given: model.*, train.batch_size, data.max_length, --beam"
 
 
 def _fail(command: str, error: object, code: int) -> int:

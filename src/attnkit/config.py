@@ -217,6 +217,38 @@ class TrainConfig(_Section):
     )
 
 
+class ReproduceOver(_Section):
+    """A reproduction over the values of one key (bAbI's 20 tasks): each value is trained as
+    its own configuration and the paper's table is compared value by value."""
+
+    key: str = Field(
+        min_length=1,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$",
+        description="the configuration key set to each value, e.g. data.task",
+    )
+    values: list[int | str] = Field(min_length=1, description="the values, in table order")
+    label: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="the values' name in run directories and the table (default: the key's "
+        "last part)",
+    )
+
+    @field_validator("values")
+    @classmethod
+    def _distinct(cls, values: list[int | str]) -> list[int | str]:
+        seen = [str(v) for v in values]
+        twice = sorted({v for v in seen if seen.count(v) > 1})
+        if twice:
+            raise ValueError(f"values: each value once; repeated: {', '.join(twice)}")
+        return values
+
+    @property
+    def name(self) -> str:
+        """The values' name: :attr:`label`, else the key's last part (``task``)."""
+        return self.label or self.key.rsplit(".", 1)[-1]
+
+
 class ReproduceSection(_Section):
     """What a configuration of ``configs/reproduce/`` reproduces: the paper's number it is
     compared with (``attnkit reproduce``)."""
@@ -241,6 +273,42 @@ class ReproduceSection(_Section):
         default_factory=lambda: ["train.attention=uniform"],
         description="key=value overrides giving the same model with uniform attention",
     )
+    uniform_seeds: int | None = Field(
+        None,
+        ge=1,
+        le=20,
+        description="seeds (runs per value) of the uniform-attention model, at most as many as "
+        "the model's; default: as many",
+    )
+    over: ReproduceOver | None = Field(
+        None, description="reproduce each value of one key (a table of tasks); see ReproduceOver"
+    )
+    select: Literal["mean", "best_on_valid"] = Field(
+        "mean",
+        description="per value, the mean over the seeds, or the seed whose last validation is "
+        "best (select_metric; ties go to the lower validation loss)",
+    )
+    select_metric: str = Field("accuracy", min_length=1, description="the validation key read")
+    select_lower_is_better: bool = False
+    complement: bool = Field(
+        False, description="compare 1 − metric (an error rate from an accuracy), times scale"
+    )
+    fail_above: float | None = Field(
+        None, description="a value (or seed) whose number exceeds this has failed (bAbI: 5 %)"
+    )
+    paper_values: dict[str, float] | None = Field(
+        None, description="the paper's number for each value of `over` (keys: the values)"
+    )
+    paper_failures: int | None = Field(None, ge=0, description="the paper's count of failures")
+
+    @model_validator(mode="after")
+    def _per_value_numbers_need_values(self) -> ReproduceSection:
+        # paper_values may name more values than `over` runs (a quick run of two tasks)
+        if self.paper_values is not None and self.over is None:
+            raise ValueError("paper_values: per-value numbers need `over`")
+        if self.paper_failures is not None and self.fail_above is None:
+            raise ValueError("paper_failures: failures are counted with fail_above; set it")
+        return self
 
 
 class DecodeConfig(_Section):

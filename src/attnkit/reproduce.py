@@ -13,6 +13,15 @@ checkpoint, a missing one is trained.
 The command prints one row per seed, then the mean ± std beside the paper's number, and last one
 JSON line (:func:`summary`), which ``benchmarks/reproductions_table.py`` turns into
 ``docs/reproductions.md``.
+
+A paper's table over several settings (bAbI's 20 tasks) is one reproduction with
+``reproduce.over`` (``key: data.task``, ``values: [1, …, 20]``): each value is its own
+configuration, trained ``seeds`` times in ``RUNS_DIR/reproduce/NAME/LABEL-VALUE/seed-S``. Per
+value the number is the mean over its seeds, or with ``reproduce.select: best_on_valid`` the
+number of the seed whose last validation is best (the protocol of papers that report the best of
+several runs chosen on held-out data). The command then prints the table (paper, ours, uniform
+attention, per value), the mean over the values and, with ``reproduce.fail_above``, the number of
+failed values; the JSON line adds ``per_value`` and ``failures`` (:func:`summary_over`).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from attnkit.checkpoint import CheckpointError, atomic_write
-from attnkit.config import ConfigError, RunConfig, load_config, task_of
+from attnkit.config import ConfigError, ReproduceSection, RunConfig, load_config, task_of
 from attnkit.run import read_metrics
 from attnkit.tasks.job import Log
 
@@ -66,13 +75,15 @@ def load(name: str, overrides: Sequence[str] = ()) -> RunConfig:
 
 @dataclass
 class Seed:
-    """One finished seed: the metric (in the paper's unit), the training minutes and seconds
-    per step (an epoch, for full-batch tasks)."""
+    """One finished seed: the metric (in the paper's unit), the training minutes, seconds per
+    step (an epoch, for full-batch tasks), and the metrics of the run's last validation
+    (``None`` for a run without validations)."""
 
     seed: int
     value: float
     minutes: float
     run_dir: Path
+    valid: dict[str, float] | None = None
     seconds_per_step: float = math.nan
 
 
@@ -84,7 +95,19 @@ def _value(config: RunConfig, results: dict[str, Any], source: Path) -> float:
         if not isinstance(value, dict) or key not in value:
             raise CheckpointError(f"{source}: no {spec.metric!r} in the run's results")
         value = value[key]
-    return float(value) * spec.scale
+    return (1.0 - float(value) if spec.complement else float(value)) * spec.scale
+
+
+def metric_name(spec: ReproduceSection) -> str:
+    """What the numbers are: ``spec.metric``, or ``1 - metric`` with ``complement``."""
+    return f"1 - {spec.metric}" if spec.complement else spec.metric
+
+
+def _last_valid(run_dir: Path) -> dict[str, float] | None:
+    valid = [r for r in read_metrics(run_dir) if r.get("split") == "valid"]
+    if not valid:
+        return None
+    return {k: float(v) for k, v in valid[-1].items() if k not in ("step", "split")}
 
 
 def run_seed(
@@ -109,7 +132,8 @@ def run_seed(
     minutes = float(finished.get("train_seconds", 0.0)) / 60.0
     steps = [m["seconds"] for m in read_metrics(run_dir) if m.get("split") == "train"]
     per_step = statistics.median(steps) if steps else math.nan
-    return Seed(seed, _value(config, finished, results), minutes, run_dir, per_step)
+    value = _value(config, finished, results)
+    return Seed(seed, value, minutes, run_dir, _last_valid(run_dir), per_step)
 
 
 def run_peer(config: RunConfig, seed: int, path: Path, log: Log) -> dict[str, Any] | None:
@@ -124,6 +148,11 @@ def run_peer(config: RunConfig, seed: int, path: Path, log: Log) -> dict[str, An
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(result))
     return result  # type: ignore[no-any-return]
+
+def uniform_count(spec: ReproduceSection, count: int) -> int:
+    """Seeds of the uniform-attention model: ``reproduce.uniform_seeds`` (at most ``count``, the
+    model's), else ``count``."""
+    return count if spec.uniform_seeds is None else min(spec.uniform_seeds, count)
 
 
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -157,6 +186,11 @@ def reproduce(
     if not 1 <= count <= 20:
         raise ValueError(f"--seeds must be between 1 and 20, got {count}")
     root = Path(runs_dir) / "reproduce" / (f"{name}-quick" if quick else name)
+    if config.reproduce is not None and config.reproduce.over is not None:
+        extra = [*spec.quick] if quick else []
+        return _reproduce_over(
+            name, config, [*overrides, *extra], count, root, uniform, log=log, quiet=quiet
+        )
     started = time.perf_counter()
     variants = {"attention": config}
     if uniform:
@@ -166,11 +200,13 @@ def reproduce(
     for variant, variant_config in variants.items():
         directory = root if variant == "attention" else root.with_name(root.name + "-uniform")
         done[variant] = []
-        for seed in range(count):
-            result = run_seed(variant_config, seed, directory / f"seed-{seed}", log=log, quiet=quiet)
+        for seed in range(count if variant == "attention" else uniform_count(spec, count)):
+            result = run_seed(
+                variant_config, seed, directory / f"seed-{seed}", log=log, quiet=quiet
+            )
             done[variant].append(result)
             log(
-                f"{name} {variant:9s} seed {seed:2d}: {spec.metric} {result.value:.2f}  "
+                f"{name} {variant:9s} seed {seed:2d}: {metric_name(spec)} {result.value:.2f}  "
                 f"({result.minutes:.1f} min)  {result.run_dir}"
             )
     peers: list[dict[str, Any]] = []
@@ -189,10 +225,10 @@ def reproduce(
     paper = "" if spec.value is None else f"; paper {spec.value:g}"
     paper += "" if spec.std is None else f" ± {spec.std:g}"
     log(
-        f"{name}: {spec.metric} {line['mean']:.2f} ± {line['std']:.2f} over {line['seeds']} "
+        f"{name}: {line['metric']} {line['mean']:.2f} ± {line['std']:.2f} over {line['seeds']} "
         f"seeds{paper} ({spec.source}); uniform attention {line['uniform']:.2f}"
         if line["uniform"] is not None
-        else f"{name}: {spec.metric} {line['mean']:.2f} ± {line['std']:.2f}{paper}"
+        else f"{name}: {line['metric']} {line['mean']:.2f} ± {line['std']:.2f}{paper}"
     )
     return line
 
@@ -218,7 +254,7 @@ def summary(
     minutes = statistics.fmean(s.minutes for s in done["attention"])
     return {
         "name": name,
-        "metric": spec.metric,
+        "metric": metric_name(spec),
         "mean": round(mean, 3),
         "std": round(std, 3),
         "seeds": len(values),
@@ -249,3 +285,186 @@ def _peer_summary(peers: Sequence[dict[str, Any]], scale: float) -> dict[str, An
         "seeds": len(peers),
         "seconds_per_epoch": round(statistics.median(p["seconds_per_epoch"] for p in peers), 4),
     }
+
+
+# --- reproductions over the values of one key (reproduce.over) ---------------------------------
+
+
+def _literal(value: int | str) -> str:
+    """``value`` as the YAML of a ``key=value`` override (a string that reads as a number stays
+    a string)."""
+    return json.dumps(value)
+
+
+def best_on_valid(spec: ReproduceSection, done: Sequence[Seed]) -> Seed:
+    """The seed whose last validation has the best ``select_metric`` (ties: the lower
+    validation loss, then the lower seed)."""
+    missing = [s.run_dir for s in done if s.valid is None or spec.select_metric not in s.valid]
+    if missing:
+        raise CheckpointError(
+            f"{missing[0]}: reproduce.select: best_on_valid reads the validation "
+            f"{spec.select_metric!r} of each run, and this run has none (set train.eval_every)"
+        )
+    sign = 1.0 if spec.select_lower_is_better else -1.0
+
+    def rank(s: Seed) -> tuple[float, float, int]:
+        assert s.valid is not None
+        return sign * s.valid[spec.select_metric], s.valid.get("loss", math.inf), s.seed
+
+    return min(done, key=rank)
+
+
+@dataclass
+class Value:
+    """One value of ``reproduce.over``: its seeds, and its number (the chosen seed's, or the
+    mean of the seeds'); ``chosen`` is the seed chosen on validation, if one was."""
+
+    value: int | str
+    seeds: list[Seed]
+    number: float
+    chosen: Seed | None
+
+
+def _reproduce_over(
+    name: str,
+    config: RunConfig,
+    overrides: Sequence[str],
+    count: int,
+    root: Path,
+    uniform: bool,
+    *,
+    log: Log,
+    quiet: bool,
+) -> dict[str, Any]:
+    """:func:`reproduce` of a configuration with ``reproduce.over`` (module docstring)."""
+    spec = config.reproduce
+    assert spec is not None and spec.over is not None
+    over = spec.over
+    if spec.select == "best_on_valid" and config.train.eval_every is None:
+        raise ConfigError(
+            f"{name}: reproduce.select: best_on_valid chooses on the validations; set "
+            "train.eval_every"
+        )
+    started = time.perf_counter()
+    variants = {"attention": list(overrides)}
+    if uniform:
+        variants["uniform"] = [*overrides, *spec.uniform]
+    done: dict[str, list[Value]] = {}
+    for variant, variant_overrides in variants.items():
+        directory = root if variant == "attention" else root.with_name(root.name + "-uniform")
+        done[variant] = []
+        runs = count if variant == "attention" else uniform_count(spec, count)
+        for value in over.values:
+            value_config = load(name, [*variant_overrides, f"{over.key}={_literal(value)}"])
+            value_dir = directory / f"{over.name}-{value}"
+            seeds = []
+            for seed in range(runs):
+                result = run_seed(
+                    value_config, seed, value_dir / f"seed-{seed}", log=log, quiet=quiet
+                )
+                seeds.append(result)
+                valid = ""
+                if result.valid is not None and spec.select_metric in result.valid:
+                    valid = f"  valid {spec.select_metric} {result.valid[spec.select_metric]:.4f}"
+                log(
+                    f"{name} {variant:9s} {over.name} {value} seed {seed:2d}: {metric_name(spec)} "
+                    f"{result.value:.2f}{valid}  ({result.minutes:.1f} min)  {result.run_dir}"
+                )
+            if spec.select == "best_on_valid":
+                chosen = best_on_valid(spec, seeds)
+                done[variant].append(Value(value, seeds, chosen.value, chosen))
+            else:
+                mean = statistics.fmean(s.value for s in seeds)
+                done[variant].append(Value(value, seeds, mean, None))
+    line = summary_over(name, config, done, (time.perf_counter() - started) / 60.0)
+    for row in table_over(line):
+        log(row)
+    return line
+
+
+def _failures(spec: ReproduceSection, numbers: Sequence[float]) -> int | None:
+    if spec.fail_above is None:
+        return None
+    above = (n > spec.fail_above for n in numbers)
+    return sum(above)
+
+
+def summary_over(
+    name: str, config: RunConfig, done: dict[str, list[Value]], wall_minutes: float
+) -> dict[str, Any]:
+    """The JSON line of a reproduction over ``reproduce.over``: the keys of :func:`summary`
+    (``mean`` and ``std`` over the values' numbers, ``seeds`` = runs per value) and
+    ``per_value`` ({value: number}), ``failures`` (values above ``fail_above``),
+    ``paper_per_value``, ``paper_failures``, the same for uniform attention
+    (``uniform_per_value``, ``uniform_failures``), ``chosen_seed`` ({value: seed} with
+    ``best_on_valid``), ``over`` (the key) and ``select``."""
+    spec = config.reproduce
+    assert spec is not None and spec.over is not None
+    values = done["attention"]
+    numbers = [v.number for v in values]
+    mean, std = _mean_std(numbers)
+    uniform = done.get("uniform", [])
+    u_numbers = [v.number for v in uniform]
+    u_mean, u_std = _mean_std(u_numbers)
+    runs = [s for v in values for s in v.seeds]
+    return {
+        "name": name,
+        "metric": metric_name(spec),
+        "mean": round(mean, 3),
+        "std": round(std, 3),
+        "seeds": len(values[0].seeds) if values else 0,
+        "per_value": {str(v.value): round(v.number, 3) for v in values},
+        "failures": _failures(spec, numbers),
+        "paper": spec.value,
+        "paper_std": spec.std,
+        "paper_source": f"{spec.paper}: {spec.source}",
+        "paper_per_value": (
+            {str(v.value): spec.paper_values.get(str(v.value)) for v in values}
+            if spec.paper_values is not None
+            else None
+        ),
+        "paper_failures": spec.paper_failures,
+        "uniform": round(u_mean, 3) if uniform else None,
+        "uniform_std": round(u_std, 3) if uniform else None,
+        "uniform_per_value": {str(v.value): round(v.number, 3) for v in uniform} or None,
+        "uniform_failures": _failures(spec, u_numbers) if uniform else None,
+        "uniform_seeds": len(uniform[0].seeds) if uniform else None,
+        "chosen_seed": (
+            {str(v.value): v.chosen.seed for v in values if v.chosen is not None}
+            if spec.select == "best_on_valid"
+            else None
+        ),
+        "over": spec.over.key,
+        "select": spec.select,
+        "minutes": round(statistics.fmean(s.minutes for s in runs), 2) if runs else 0.0,
+        "wall_minutes": round(wall_minutes, 2),
+        "config": f"configs/reproduce/{name}.yaml",
+    }
+
+
+def table_over(line: dict[str, Any]) -> list[str]:
+    """The rows printed for a :func:`summary_over` line: one per value (paper, ours, uniform
+    attention), then the mean and the failures."""
+    paper = line["paper_per_value"] or {}
+    uniform = line["uniform_per_value"] or {}
+    label = line["over"].rsplit(".", 1)[-1]
+
+    def cell(number: float | None) -> str:
+        return f"{number:8.1f}" if number is not None else f"{'-':>8s}"
+
+    rows = [f"{label:>8s} {'paper':>8s} {'attnkit':>8s} {'uniform':>8s}"]
+    for value, number in line["per_value"].items():
+        rows.append(
+            f"{value:>8s} {cell(paper.get(value))} {cell(number)} {cell(uniform.get(value))}"
+        )
+    rows.append(f"{'mean':>8s} {cell(line['paper'])} {cell(line['mean'])} {cell(line['uniform'])}")
+    if line["failures"] is not None:
+
+        def count(n: int | None) -> str:
+            return f"{n:8d}" if n is not None else f"{'-':>8s}"
+
+        rows.append(
+            f"{'failed':>8s} {count(line['paper_failures'])} {count(line['failures'])} "
+            f"{count(line['uniform_failures'])}"
+        )
+    return rows

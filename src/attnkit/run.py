@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import stat
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -69,10 +70,14 @@ __all__ = [
     "Run",
     "RunLock",
     "RunLockedError",
+    "check_beam",
     "check_new_run",
     "explain_run",
+    "lower_when_out_of_memory",
     "make_run_dir",
+    "memory_asked",
     "new_run_path",
+    "out_of_memory",
     "read_metrics",
     "remove_stale_temporaries",
     "require_finite",
@@ -499,7 +504,22 @@ class Run:
             holder.release()
 
     def _build(self) -> nn.Module:
-        return self.job.build_model()
+        try:
+            return self.job.build_model()
+        except (MemoryError, RuntimeError) as error:
+            if not out_of_memory(error):
+                raise
+            # the sizes are the configuration's: name the largest, the one most likely to lower
+            sizes = {
+                key: value
+                for key, value in architecture(self.config).items()
+                if key.startswith("model.") and type(value) is int
+            }
+            largest = max(sizes, key=sizes.__getitem__, default="model.*")
+            raise ValueError(
+                f"{largest}: {sizes.get(largest)}: the model does not fit in memory "
+                f"({memory_asked(error)}); lower {largest}"
+            ) from None
 
     def new_model(self) -> nn.Module:
         torch.manual_seed(self.config.seed)
@@ -513,7 +533,13 @@ class Run:
         path = checkpoint or latest_checkpoint(self.checkpoints)
         if path is None:
             raise CheckpointError(f"{self.checkpoints}: no checkpoint in this run")
-        loaded = read_checkpoint(path, architecture(self.config))
+        try:
+            loaded = read_checkpoint(path, architecture(self.config))
+        except CheckpointError as error:
+            if checkpoint is None or Path(checkpoint).with_suffix(".json").is_file():
+                raise
+            held = ", ".join(p.name for p in list_checkpoints(self.checkpoints)) or "none"
+            raise CheckpointError(f"{error} (this run's: {held}, in {self.checkpoints})") from None
         model = self._build()
         loaded.restore(model)
         if finite:
@@ -525,7 +551,8 @@ class Run:
 
         A damaged newest checkpoint is refused, never skipped silently (the damage may be a
         failing disk, and its steps may be recoverable); the error names the newest older
-        checkpoint that is intact and how to resume from it."""
+        checkpoint that is intact and every damaged checkpoint newer than it, so that moving
+        those out once lets the run continue from it."""
         found = list_checkpoints(self.checkpoints)
         if not found:
             return None
@@ -533,17 +560,85 @@ class Run:
         try:
             return read_checkpoint(found[-1], arch)
         except CheckpointError as error:
+            damaged = [found[-1]]
             for older in reversed(found[:-1]):
                 try:
                     step = read_checkpoint(older, arch).step
                 except CheckpointError:
+                    damaged.append(older)
                     continue
+                files = [
+                    p.name
+                    for json_path in damaged
+                    for p in (json_path, json_path.with_suffix(".safetensors"))
+                    if os.path.lexists(p)
+                ]
+                also = ""
+                if len(damaged) > 1:
+                    verb = "is" if len(damaged) == 2 else "are"
+                    also = f"; {_listed([p.name for p in damaged[1:]])} {verb} damaged too"
                 raise CheckpointError(
-                    f"{error}; the older checkpoint {older.name} (step {step}) is intact: move "
-                    f"{found[-1].name} and {found[-1].with_suffix('.safetensors').name} out of "
-                    f"{self.checkpoints} and resume again to continue from step {step}"
+                    f"{error}{also}; the older checkpoint {older.name} (step {step}) is intact: "
+                    f"move {_listed(files)} out of {self.checkpoints} and resume again to "
+                    f"continue from step {step}"
                 ) from None
             raise
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is the allocator's refusal (``MemoryError``, ``std::bad_alloc``,
+    torch's ``DefaultCPUAllocator: can't allocate memory``, CUDA's out of memory)."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and any(
+        marker in text for marker in ("can't allocate memory", "bad_alloc", "out of memory")
+    )
+
+
+def memory_asked(error: BaseException) -> str:
+    """What the allocator was asked for, from its message (``24.4 GB asked at once``)."""
+    found = re.search(r"allocate (\d+) bytes", str(error))
+    if found is None:
+        return "out of memory"
+    return f"{int(found.group(1)) / 1e9:.1f} GB asked at once"
+
+
+@contextlib.contextmanager
+def lower_when_out_of_memory(option: str, value: object) -> Iterator[None]:
+    """Turn the allocator's refusal inside the block into a ``ValueError`` naming ``option``,
+    the user-given size behind the allocation (``--beam 5000: ...; lower --beam``)."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as error:
+        if not out_of_memory(error):
+            raise
+        raise ValueError(
+            f"{option} {value}: not enough memory ({memory_asked(error)}); lower {option}"
+        ) from None
+
+
+def check_beam(run: Run, beam: int | None, option: str = "--beam") -> int:
+    """The beam a translation run decodes with (``option``'s ``beam``, else its
+    ``decode.beam_size``), refused when it is wider than the target vocabulary: the first step
+    has only that many continuations, so a wider beam holds nothing more and only allocates."""
+    size = run.config.decode.beam_size if beam is None else beam
+    vocabularies = getattr(run.job, "vocabularies", None)
+    if vocabularies is None or type(size) is not int:  # nothing decoded; or the job refuses it
+        return size
+    words = len(vocabularies.target)
+    if size > words:
+        name = "decode.beam_size" if beam is None else option
+        raise ValueError(
+            f"{name} {size}: wider than the target vocabulary of {run.path} ({words} words): "
+            f"the first step has {words} continuations to keep; give at most {words}"
+        )
+    return size
 
 
 def require_finite(model: nn.Module, source: str | Path) -> None:
@@ -692,7 +787,9 @@ def explain_run(
         PosixPath('runs/tiny-20261122-101500/explain-i-love-you.html')
     """
     run = Run.open(run_dir)
+    beam = check_beam(run, beam_size, "beam_size")
     model, step = run.load_model(finite=True)
-    return run.job.explain(
-        model, step, text, directory=run.path, output=output, beam_size=beam_size
-    )
+    with lower_when_out_of_memory("beam_size", beam):
+        return run.job.explain(
+            model, step, text, directory=run.path, output=output, beam_size=beam_size
+        )

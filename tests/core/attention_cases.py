@@ -4,12 +4,18 @@ Everything is generated from ``attnkit.core.engine.BACKENDS`` and the score/alig
 new backend, score or alignment is picked up by the tests without editing them. A registered class
 that cannot be built without arguments needs an entry in ``SCORE_FACTORIES`` / ``ALIGN_FACTORIES``
 (the tests fail loudly until it has one).
+
+Backend × call combinations are generated from what each backend declares: :func:`admits` asks a
+backend's declaration about a call on ``meta`` tensors (shapes and options, no values) at
+collection time, and :func:`with_backends` pairs each case only with the backends that take it, so
+a combination a backend cannot run is never collected (nothing is skipped for it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pytest
 import torch
@@ -20,19 +26,82 @@ from attnkit.core.call import prepare
 from attnkit.core.engine import BACKENDS, backend_named
 
 BACKEND_NAMES = [backend.name for backend in BACKENDS]
+#: backends that define attnkit's results for NaN and infinities (the others decline such calls)
+NONFINITE_BACKENDS = [backend.name for backend in BACKENDS if backend.nonfinite]
+T = TypeVar("T")
 
 
 def backend_reasons(backend: str, q: Tensor, k: Tensor, v: Tensor, **kwargs) -> list[str]:
-    """Why ``backend`` cannot run ``ak.attention(q, k, v, **kwargs)`` (empty when it can)."""
-    return backend_named(backend).reasons(prepare(q, k, v, **kwargs))
+    """Why ``backend`` declines ``ak.attention(q, k, v, **kwargs)`` when the engine chooses
+    (empty when it takes it); the values are read too (NaN, infinities, overflow)."""
+    return backend_named(backend).decline(prepare(q, k, v, **kwargs)) or []
 
 
 def attend(backend: str, q: Tensor, k: Tensor, v: Tensor, **kwargs) -> ak.AttentionOutput:
-    """``ak.attention`` forced onto ``backend``; skips the test when that backend cannot run it."""
-    reasons = backend_reasons(backend, q, k, v, **kwargs)
-    if reasons:
-        pytest.skip(f"backend {backend!r} cannot run this call: " + "; ".join(reasons))
+    """``ak.attention`` on ``backend`` alone (a test collected for it: its declaration takes the
+    call, see :func:`admits`)."""
     return ak.attention(q, k, v, backend=backend, **kwargs)
+
+
+def on_meta(build: Callable[[], T]) -> T:
+    """``build()`` with tensors and parameters made on the ``meta`` device (no memory, no draws
+    from the random generator): the objects of a call judged at collection time."""
+    with torch.device("meta"):
+        return build()
+
+
+def admits(
+    backend: str,
+    shapes: Sequence[Sequence[int]] = ((1, 1, 4, 4), (1, 1, 6, 4), (1, 1, 6, 3)),
+    *,
+    dtype: torch.dtype = torch.float32,
+    forced: bool = False,
+    **options: Any,
+) -> bool:
+    """Whether ``backend``'s declaration takes ``ak.attention(q, k, v, **options)`` for ``q``,
+    ``k``, ``v`` of ``shapes`` and ``dtype``: judged on ``meta`` tensors, so without values (a
+    backend declared ``nonfinite=False`` still declines real inputs holding NaN or infinities).
+    Tensors among ``options`` (masks) are moved to ``meta``. ``forced=False``: asked as when
+    the engine chooses, so ``dense`` (chosen only for calls that ask for weights) is tested on
+    those calls; ``True``: as when it is named alone (``backend=``)."""
+    q, k, v = (torch.empty(tuple(s), dtype=dtype, device="meta") for s in shapes)
+    moved = {
+        key: value.to("meta") if isinstance(value, Tensor) else value
+        for key, value in options.items()
+    }
+    return not backend_named(backend).reasons(prepare(q, k, v, **moved), forced)
+
+
+def backends_taking(**options: Any) -> list[str]:
+    """The backends whose declaration takes a call with ``options`` (keyword arguments of
+    ``ak.attention``; ``dtype`` and ``shapes`` as for :func:`admits`): a test's backend list."""
+    return [name for name in BACKEND_NAMES if admits(name, **options)]
+
+
+def _id(value: object) -> str:
+    if isinstance(getattr(value, "id", None), str):  # an AlignCase
+        return value.id  # type: ignore[attr-defined]
+    if callable(value) and hasattr(value, "__name__"):
+        return value.__name__
+    return str(value)
+
+
+def with_backends(
+    rows: Iterable[Any],
+    takes: Callable[..., bool],
+    backends: Sequence[str] = BACKEND_NAMES,
+) -> list[Any]:
+    """``pytest.param(*row, backend)`` for every row (a tuple, or one value) and every backend
+    with ``takes(*row, backend)``: the parameters of a test over backends, generated from what
+    each declares. Ids are the row's values and the backend, joined by ``-``."""
+    params = []
+    for row in rows:
+        values = row if isinstance(row, tuple) else (row,)
+        for backend in backends:
+            if takes(*values, backend):
+                label = "-".join(_id(x) for x in (*values, backend))
+                params.append(pytest.param(*values, backend, id=label))
+    return params
 
 
 # --- scores ---------------------------------------------------------------------------------------

@@ -370,7 +370,7 @@ def test_scale_not_a_number() -> None:
 def test_unknown_backend_lists_the_backends() -> None:
     with pytest.raises(ValueError, match="'flash'") as info:
         ak.attention(r(2, 3, 4), r(2, 5, 4), r(2, 5, 4), backend="flash")
-    for backend in BACKENDS:
+    for backend in BACKENDS.values():
         assert backend.name in str(info.value)
 
 
@@ -403,9 +403,9 @@ def _refusable_calls():
     )
 
 
-@pytest.mark.parametrize("backend", [b.name for b in BACKENDS])
+@pytest.mark.parametrize("backend", [b.name for b in BACKENDS.values()])
 def test_forcing_a_backend_that_cannot_run_lists_its_reasons(backend: str) -> None:
-    chosen = next(b for b in BACKENDS if b.name == backend)
+    chosen = next(b for b in BACKENDS.values() if b.name == backend)
     refused = 0
     for _label, q, k, v, kwargs in _refusable_calls():
         reasons = chosen.reasons(prepare(q, k, v, **kwargs), forced=True)
@@ -426,7 +426,7 @@ def test_some_backend_refuses_some_call() -> None:
     """Guards the test above: with nothing refused it would check nothing."""
     refused = [
         b.name
-        for b in BACKENDS
+        for b in BACKENDS.values()
         for _label, q, k, v, kwargs in _refusable_calls()
         if b.reasons(prepare(q, k, v, **kwargs))
     ]

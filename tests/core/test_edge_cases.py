@@ -13,15 +13,18 @@ import torch
 import torch.nn.functional as F
 from attention_cases import (
     BACKEND_NAMES,
+    NONFINITE_BACKENDS,
     AlignCase,
+    admits,
     align_cases,
     attend,
     backend_reasons,
-    case_ids,
     grads,
     make_score,
+    on_meta,
     qkv,
     randn,
+    with_backends,
 )
 from torch import Tensor
 
@@ -31,13 +34,45 @@ from attnkit.core.reference import reference_attention
 
 ALL_CASES = align_cases(training=True)
 EVAL_CASES = align_cases(training=False)
+F64 = torch.float64
+SHAPES = ((2, 2, 4, 4), (2, 2, 5, 4), (2, 2, 5, 3))  # qkv()'s, unless a test changes them
+
+
+def takes(
+    backend: str,
+    case: AlignCase | None = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    shapes=SHAPES,
+    score: str | None = None,
+    **options,
+) -> bool:
+    """Whether ``backend``'s declaration takes the test's call: ``case``'s alignment (default
+    softmax), ``score`` (a name; default scaled dot), ``dtype``, ``shapes`` and ``options``
+    (judged on ``meta`` tensors at collection time)."""
+    d = shapes[0][-1]
+    if case is not None:
+        options["align"] = on_meta(lambda: case.build(d, dtype))
+    if score is not None:
+        options["score"] = on_meta(lambda: make_score(score, d))
+    return admits(backend, shapes, dtype=dtype, **options)
+
+
+def case_params(cases, backends=BACKEND_NAMES, **options) -> list:
+    """``(case, backend)`` for each backend that takes the call with ``case``'s alignment."""
+    return with_backends(cases, lambda case, backend: takes(backend, case, **options), backends)
+
+
+def backend_params(**options) -> list[str]:
+    """The backends that take the call (softmax of the scaled dot product) with ``options``."""
+    return [b for b in BACKEND_NAMES if takes(b, **options)]
 
 
 def attend_with_weights(
     backend: str, q, k, v, **kwargs
 ) -> tuple[ak.AttentionOutput, Tensor | None]:
-    """Run without weights (skipping when the backend refuses); when the backend can also return
-    the weights, run again with them (same seed) and return them too."""
+    """Run without weights; when the backend can also return the weights, run again with them
+    (same seed) and return them too."""
     state = torch.random.get_rng_state()
     out = attend(backend, q, k, v, **kwargs)
     weights = None
@@ -77,9 +112,17 @@ def _empty_row_setups():
     }
 
 
-@pytest.mark.parametrize("setup", ["bool_mask", "float_mask", "causal_m_gt_n", "padding_zero"])
-@pytest.mark.parametrize("case", ALL_CASES, ids=case_ids(ALL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("setup", "case", "backend"),
+    with_backends(
+        (
+            (setup, case)
+            for case in ALL_CASES
+            for setup in ["bool_mask", "float_mask", "causal_m_gt_n", "padding_zero"]
+        ),
+        lambda setup, case, backend: takes(backend, case, **_empty_row_setups()[setup][2]),
+    ),
+)
 def test_query_without_admissible_key(backend: str, case: AlignCase, setup: str) -> None:
     """Zero context, zero weights, zero gradients, lse = -inf; never NaN (RELIABILITY.md)."""
     d = 4
@@ -115,8 +158,7 @@ def test_query_without_admissible_key(backend: str, case: AlignCase, setup: str)
 # --- tiny and empty shapes ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(EVAL_CASES, dtype=F64))
 def test_single_query(backend: str, case: AlignCase) -> None:
     """M = 1: the query is row 0 of a longer query block; causal lets it see every key."""
     q, k, v = qkv(m=5, n=6, dtype=torch.float64)
@@ -129,8 +171,7 @@ def test_single_query(backend: str, case: AlignCase) -> None:
     torch.testing.assert_close(causal.context, one.context, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(EVAL_CASES, dtype=F64))
 def test_single_key(backend: str, case: AlignCase) -> None:
     """N = 1: a normalized alignment puts weight 1 on the only key, so the context is that value;
     causally only the last query sees it."""
@@ -150,8 +191,10 @@ def test_single_key(backend: str, case: AlignCase) -> None:
     torch.testing.assert_close(causal.context[:, :, 2], out.context[:, :, 2], rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "backend"),
+    case_params(EVAL_CASES, shapes=((0, 2, 3, 4), (0, 2, 5, 4), (0, 2, 5, 3)), causal=True),
+)
 def test_empty_batch(backend: str, case: AlignCase) -> None:
     q, k, v = qkv(b=0, m=3, n=5, requires_grad=True)
     out = attend(backend, q, k, v, align=case.build(4), causal=True)
@@ -160,8 +203,9 @@ def test_empty_batch(backend: str, case: AlignCase) -> None:
         assert grad.shape[0] == 0
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "backend"), case_params(EVAL_CASES, shapes=((2, 2, 0, 4), (2, 2, 5, 4), (2, 2, 5, 3)))
+)
 def test_zero_length_queries(backend: str, case: AlignCase) -> None:
     q, k, v = qkv(m=0, n=5, requires_grad=True)
     out, weights = attend_with_weights(backend, q, k, v, align=case.build(4))
@@ -172,8 +216,9 @@ def test_zero_length_queries(backend: str, case: AlignCase) -> None:
         assert torch.equal(grad, torch.zeros_like(grad))
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "backend"), case_params(EVAL_CASES, shapes=((2, 2, 3, 4), (2, 2, 0, 4), (2, 2, 0, 3)))
+)
 def test_zero_length_keys(backend: str, case: AlignCase) -> None:
     """No keys at all: every row is a row without admissible key, so zeros (RELIABILITY.md)."""
     q, k, v = qkv(m=3, n=0, requires_grad=True)
@@ -233,9 +278,22 @@ def _naive(score_name: str, q, k, v, score, align) -> Tensor:
         return copy.deepcopy(align).to(q.dtype)(e, None, query=q, key=k) @ v
 
 
-@pytest.mark.parametrize(("align_name", "score_name"), HALF_COMBINATIONS)
-@pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+HALF_SHAPES = ((2, 2, 17, 8), (2, 2, 33, 8), (2, 2, 33, 8))
+
+
+@pytest.mark.parametrize(
+    ("align_name", "score_name", "dtype", "backend"),
+    with_backends(
+        ((align, score, dtype) for align, score in HALF_COMBINATIONS for dtype in HALF),
+        lambda align, score, dtype, backend: takes(
+            backend,
+            next(c for c in EVAL_CASES if c.id == align),
+            dtype=dtype,
+            shapes=HALF_SHAPES,
+            score=score,
+        ),
+    ),
+)
 def test_half_precision_close_to_float64(
     backend: str, dtype: torch.dtype, align_name: str, score_name: str
 ) -> None:
@@ -264,9 +322,19 @@ def test_half_precision_close_to_float64(
     assert error <= 2 * naive_error + floor, (error, naive_error, floor)
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "dtype", "backend"),
+    with_backends(
+        ((case, dtype) for case in EVAL_CASES for dtype in HALF),
+        lambda case, dtype, backend: takes(
+            backend,
+            case,
+            dtype=dtype,
+            shapes=((2, 2, 5, 4), (2, 2, 7, 4), (2, 2, 7, 3)),
+            mask=ak.masks.padding([7, 4], 7),
+        ),
+    ),
+)
 def test_half_precision_inputs(backend: str, dtype: torch.dtype, case: AlignCase) -> None:
     """Half inputs with a float32 module (as a user leaves it, and as parametric scores already
     allow) give a finite result of the input dtype, close to the float32 result."""
@@ -290,8 +358,19 @@ def test_half_precision_inputs(backend: str, dtype: torch.dtype, case: AlignCase
         torch.testing.assert_close(out.context.float(), full.context, rtol=0, atol=tolerance)
 
 
-@pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("dtype", "backend"),
+    with_backends(
+        HALF,
+        lambda dtype, backend: takes(
+            backend,
+            dtype=dtype,
+            shapes=((2, 2, 4, 8), (2, 2, 6, 8), (2, 2, 6, 3)),
+            score="dot",
+            mask=ak.masks.causal(4, 6),
+        ),
+    ),
+)
 def test_half_precision_large_scores_do_not_overflow(backend: str, dtype: torch.dtype) -> None:
     """Scores beyond the half range (|e| > 65504) and a mask: still finite (softmax in float32)."""
     q, k, v = qkv(m=4, n=6, d=8, seed=4)
@@ -309,8 +388,9 @@ def test_half_precision_large_scores_do_not_overflow(backend: str, dtype: torch.
 # --- strides, views and the out-of-bounds detector ------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "backend"), case_params(EVAL_CASES, dtype=F64, mask=torch.ones(1, 5, dtype=bool))
+)
 def test_non_contiguous_inputs(backend: str, case: AlignCase) -> None:
     """Transposed views, slices of a packed qkv tensor, a stride-0 mask and a non-contiguous
     upstream gradient give the contiguous result."""
@@ -344,8 +424,9 @@ def _nan_padded(t: Tensor, pad: int = 3) -> tuple[Tensor, Tensor]:
     return buffer, buffer[index]
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "backend"), case_params(EVAL_CASES, dtype=F64, mask=torch.zeros(4, 5))
+)
 def test_out_of_bounds_detector(backend: str, case: AlignCase) -> None:
     """xFormers' trick: views into NaN-padded buffers must give the unpadded outputs and
     gradients; any read outside the view would bring a NaN in."""
@@ -381,8 +462,7 @@ def test_out_of_bounds_detector(backend: str, case: AlignCase) -> None:
 # --- determinism ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ALL_CASES, ids=case_ids(ALL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(ALL_CASES, causal=True))
 def test_repeated_forward_and_backward_are_bitwise_equal(backend: str, case: AlignCase) -> None:
     q, k, v = qkv(m=9, n=11, d=8, seed=11, requires_grad=True)
     torch.manual_seed(0)
@@ -401,7 +481,7 @@ def test_repeated_forward_and_backward_are_bitwise_equal(backend: str, case: Ali
 # --- dropout --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", backend_params(dropout=0.3))
 def test_dropout_is_reproducible_with_a_seed(backend: str) -> None:
     q, k, v = qkv(m=8, n=8, seed=13)
     torch.manual_seed(5)
@@ -414,8 +494,9 @@ def test_dropout_is_reproducible_with_a_seed(backend: str) -> None:
     assert not torch.equal(first.context, other.context)
 
 
-@pytest.mark.parametrize("p", [0.1, 0.5])
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("p", "backend"), with_backends([0.1, 0.5], lambda p, backend: takes(backend, dropout=p))
+)
 def test_dropout_keeps_the_expected_fraction(backend: str, p: float) -> None:
     """Uniform weights 1/N and one-hot values v = I make the context the dropped weights: each
     is (1/N)/(1-p) when kept (inverted dropout, as F.dropout) or 0; >= 1e5 weights."""
@@ -433,7 +514,7 @@ def test_dropout_keeps_the_expected_fraction(backend: str, p: float) -> None:
     torch.testing.assert_close(dropped[kept], expected[kept], rtol=1e-5, atol=0)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", backend_params())
 def test_dropout_zero_is_the_deterministic_result(backend: str) -> None:
     q, k, v = qkv(m=6, n=6, seed=15)
     plain = attend(backend, q, k, v)
@@ -445,7 +526,7 @@ def test_dropout_zero_is_the_deterministic_result(backend: str) -> None:
     assert torch.equal(again.context, plain.context)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", backend_params(dropout=0.5, return_weights=True))
 def test_dropout_returns_the_weights_before_dropout(backend: str) -> None:
     q, k, v = qkv(m=6, n=6, seed=16)
     plain = attend(backend, q, k, v, return_weights=True)
@@ -463,8 +544,7 @@ def _clean_weights(q, k, v, align, **kwargs) -> Tensor:
     return reference_attention(prepare(q, k, v, align=align, return_weights=True, **kwargs)).weights
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(EVAL_CASES, NONFINITE_BACKENDS))
 def test_nan_in_a_query_propagates_to_its_row_only(backend: str, case: AlignCase) -> None:
     q, k, v = qkv(b=1, h=1, m=4, n=6, seed=17)
     align = case.build(4)
@@ -474,9 +554,14 @@ def test_nan_in_a_query_propagates_to_its_row_only(backend: str, case: AlignCase
     assert rows_with_nan.tolist() == [False, True, False, False]
 
 
-@pytest.mark.parametrize("where", ["k", "v"])
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("where", "case", "backend"),
+    with_backends(
+        ((where, case) for case in EVAL_CASES for where in ["k", "v"]),
+        lambda where, case, backend: takes(backend, case, causal=True),
+        NONFINITE_BACKENDS,
+    ),
+)
 def test_nan_in_a_key_or_value_reaches_the_rows_that_see_it(
     backend: str, case: AlignCase, where: str
 ) -> None:
@@ -507,7 +592,7 @@ def test_nan_in_a_key_or_value_reaches_the_rows_that_see_it(
         (3, 3, [[1, 0, 0], [1, 1, 0], [1, 1, 1]]),
     ],
 )
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", backend_params(dtype=F64, causal=True))
 def test_causal_is_bottom_right(backend: str, m: int, n: int, expected: list[list[int]]) -> None:
     keep = torch.tensor(expected, dtype=torch.bool)
     q, k, v = qkv(m=m, n=n, dtype=torch.float64, seed=19)
@@ -517,7 +602,7 @@ def test_causal_is_bottom_right(backend: str, m: int, n: int, expected: list[lis
         assert torch.equal(weights > 0, keep.expand_as(weights))
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", backend_params(causal=True))
 def test_causal_future_independence_across_blocks(backend: str) -> None:
     """Sizes big enough that the blockwise backends split queries and keys into several blocks
     (not multiples of a block): perturbing keys/values after i' leaves queries 0..i bitwise equal
@@ -537,7 +622,9 @@ def test_causal_future_independence_across_blocks(backend: str) -> None:
     assert torch.equal(perturbed.context[:, :, : i + 1], past.detach())
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    "backend", backend_params(dtype=F64, causal=True, mask=ak.masks.padding([5, 2], 5))
+)
 def test_causal_combined_with_a_mask(backend: str) -> None:
     """causal=True and an explicit mask are combined by logical and."""
     q, k, v = qkv(m=3, n=5, dtype=torch.float64, seed=20)
@@ -568,9 +655,15 @@ def test_sliding_window_mask_admits_min_w_keys(m: int, n: int, window: int) -> N
         assert admitted == [j for j in range(n) if position - window < j <= position]
 
 
-@pytest.mark.parametrize(("m", "n"), WINDOW_SHAPES)
-@pytest.mark.parametrize("window", WINDOWS)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("window", "m", "n", "backend"),
+    with_backends(
+        ((window, m, n) for (m, n) in WINDOW_SHAPES for window in WINDOWS),
+        lambda window, m, n, backend: takes(
+            backend, dtype=F64, mask_mod=ak.masks.sliding_window_mod(window, offset=n - m)
+        ),
+    ),
+)
 def test_sliding_window_mod_through_attention(backend: str, window: int, m: int, n: int) -> None:
     q, k, v = qkv(m=m, n=n, dtype=torch.float64, seed=21)
     mod = ak.masks.sliding_window_mod(window, offset=n - m)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attention_cases import with_backends
 from test_reference import (
     ALIGN_NAMES,
-    BACKEND_NAMES,
     SCORE_NAMES,
     allowed_keys,
+    check_runs,
     make_align,
     make_score,
     padding_mask,
@@ -125,28 +126,25 @@ def test_gradcheck_every_alignment_element_by_element(align_name: str):
     assert torch.autograd.gradcheck(fn, (*inputs, *params), eps=entmax_eps(align_name))
 
 
-def _accepted(backend: str, inputs, score, align, user) -> tuple[bool, list[str]]:
-    """Whether ``backend`` runs the call, trying with weights first (the harder backward)."""
+def with_weights(backend: str, inputs, score, align, user) -> bool:
+    """Whether ``backend`` runs the call with weights (the harder backward), else without
+    (the test is collected only for backends that take one of the two: ``check_runs``)."""
     runner = {b.name: b for b in BACKENDS}[backend]
-    reasons: list[str] = []
-    for return_weights in (True, False):
-        call = prepare(*inputs, score=score, align=align, return_weights=return_weights, **user)
-        found = runner.reasons(call)
-        if not found:
-            return return_weights, []
-        reasons += found
-    return False, sorted(set(reasons))
+    call = prepare(*inputs, score=score, align=align, return_weights=True, **user)
+    return not runner.reasons(call)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
-@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
-@pytest.mark.parametrize("score_name", SCORE_NAMES)
+@pytest.mark.parametrize(
+    ("score_name", "masked", "backend"),
+    with_backends(
+        ((score, masked) for score in SCORE_NAMES for masked in (False, True)),
+        lambda score, masked, backend: check_runs(backend, score, "softmax", (F64,)),
+    ),
+)
 def test_gradcheck_every_backend_softmax(score_name: str, masked: bool, backend: str):
     """Each backend's own backward (the tiled one recomputes from the log-sum-exp)."""
     score, align, inputs, user = setup(score_name, "softmax", masked, seed=2)
-    return_weights, reasons = _accepted(backend, inputs, score, align, user)
-    if reasons:
-        pytest.skip(f"backend {backend!r} cannot run this call: " + "; ".join(reasons))
+    return_weights = with_weights(backend, inputs, score, align, user)
     fn = attention_fn(score, align, user, backend, return_weights)
     assert torch.autograd.gradcheck(fn, (*inputs, *parameters(score, align)), fast_mode=True)
 
@@ -159,15 +157,17 @@ def soft_cap(s: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
     return 30 * torch.tanh(s / 30)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
-@pytest.mark.parametrize("score_mod", [alibi, soft_cap], ids=lambda f: f.__name__)
-@pytest.mark.parametrize("score_name", ["scaled_dot", "additive"])
+@pytest.mark.parametrize(
+    ("score_name", "score_mod", "backend"),
+    with_backends(
+        ((score, mod) for score in ["scaled_dot", "additive"] for mod in [alibi, soft_cap]),
+        lambda score, mod, backend: check_runs(backend, score, "softmax", (F64,), score_mod=True),
+    ),
+)
 def test_gradcheck_score_mod(score_name: str, score_mod, backend: str):
     score, align, inputs, user = setup(score_name, "softmax", masked=True, seed=3)
     user = {**user, "score_mod": score_mod}
-    return_weights, reasons = _accepted(backend, inputs, score, align, user)
-    if reasons:
-        pytest.skip(f"backend {backend!r} cannot run this call: " + "; ".join(reasons))
+    return_weights = with_weights(backend, inputs, score, align, user)
     fn = attention_fn(score, align, user, backend, return_weights)
     assert torch.autograd.gradcheck(fn, (*inputs, *parameters(score, align)), fast_mode=True)
 
@@ -194,16 +194,22 @@ def test_gradcheck_multi_dimensional(align_name: str):
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
-@pytest.mark.parametrize("align_name", ALIGN_NAMES)
-@pytest.mark.parametrize("score_name", ["scaled_dot", "additive", "euclidean"])
+@pytest.mark.parametrize(
+    ("score_name", "align_name", "backend"),
+    with_backends(
+        (
+            (score, align)
+            for score in ["scaled_dot", "additive", "euclidean"]
+            for align in ALIGN_NAMES
+        ),
+        lambda score, align, backend: check_runs(backend, score, align, (F64,)),
+    ),
+)
 def test_fully_masked_rows_have_exactly_zero_gradient(
     score_name: str, align_name: str, backend: str
 ):
     score, align, inputs, user = setup(score_name, align_name, masked=True, seed=5)
-    return_weights, reasons = _accepted(backend, inputs, score, align, user)
-    if reasons:
-        pytest.skip(f"backend {backend!r} cannot run this call: " + "; ".join(reasons))
+    return_weights = with_weights(backend, inputs, score, align, user)
     params = parameters(score, align)
     outputs = attention_fn(score, align, user, backend, return_weights)(*inputs)
     outputs = [t for t in outputs if t.requires_grad]  # hard alignment's weights are constants

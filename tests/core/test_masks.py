@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from attention_cases import BACKEND_NAMES, attend
+from attention_cases import admits, attend, backends_taking, with_backends
 from torch.nn.attention.flex_attention import create_mask as flex_create_mask
 
 import attnkit as ak
@@ -225,7 +225,11 @@ def _qkv(b=2, h=2, m=5, n=6, d=4, dv=3, seed=0, dtype=torch.float64):
     )
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def _lower(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+@pytest.mark.parametrize("backend", backends_taking(dtype=torch.float64, mask_mod=_lower))
 def test_flex_style_mask_mod_works_unchanged(backend: str) -> None:
     q, k, v = _qkv()
     lengths = torch.tensor([4, 6])
@@ -243,7 +247,9 @@ def test_flex_style_mask_mod_works_unchanged(backend: str) -> None:
         torch.testing.assert_close(with_mod.context, with_tensor.context, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    "backend", backends_taking(dtype=torch.float64, causal=True, mask_mod=_lower)
+)
 def test_mask_mod_is_combined_with_mask_and_causal(backend: str) -> None:
     q, k, v = _qkv(m=4, n=6)
     pad = ak.masks.padding([5, 3], 6)
@@ -254,8 +260,15 @@ def test_mask_mod_is_combined_with_mask_and_causal(backend: str) -> None:
     torch.testing.assert_close(out.context, expected.context, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
-@pytest.mark.parametrize("align", ["softmax", "sparsemax", "entmax15", "topk", "hard"])
+@pytest.mark.parametrize(
+    ("align", "backend"),
+    with_backends(
+        ["softmax", "sparsemax", "entmax15", "topk", "hard"],
+        lambda align, backend: admits(
+            backend, dtype=torch.float64, align=align, mask=torch.zeros(1, 6)
+        ),
+    ),
+)
 def test_bool_mask_equals_float_mask(backend: str, align: str) -> None:
     q, k, v = _qkv()
     g = torch.Generator().manual_seed(1)
@@ -268,7 +281,7 @@ def test_bool_mask_equals_float_mask(backend: str, align: str) -> None:
     torch.testing.assert_close(with_bool.context, with_float.context, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", backends_taking(dtype=torch.float64, mask=torch.zeros(1, 6)))
 def test_float_mask_is_added_to_the_scores(backend: str) -> None:
     q, k, v = _qkv(dtype=torch.float64)
     g = torch.Generator().manual_seed(2)
@@ -278,7 +291,9 @@ def test_float_mask_is_added_to_the_scores(backend: str) -> None:
     torch.testing.assert_close(out.context, weights @ v, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    "backend", backends_taking(dtype=torch.float64, mask=torch.ones(1, 6, dtype=torch.bool))
+)
 def test_padding_mask_works_for_3d_and_4d_inputs(backend: str) -> None:
     q, k, v = _qkv(b=2, h=1, m=3, n=5)
     pad = ak.masks.padding([2, 5], 5)

@@ -24,19 +24,21 @@ import pytest
 import torch
 from attention_cases import (
     BACKEND_NAMES,
+    NONFINITE_BACKENDS,
     POSITIONAL_ALIGNS,
     SCORE_NAMES,
     AlignCase,
+    admits,
     align_cases,
     backend_reasons,
-    case_ids,
     make_score,
+    on_meta,
     qkv,
+    with_backends,
 )
 from torch import Tensor
 
 import attnkit as ak
-import attnkit.core.sdpa as sdpa_module
 from attnkit.core.engine import BACKENDS, backend_named
 
 EVAL_CASES = align_cases(training=False)
@@ -60,13 +62,35 @@ def _one_thread():
 
 
 def run(backend: str, q: Tensor, k: Tensor, v: Tensor, **kwargs) -> ak.AttentionOutput:
-    """``ak.attention`` forced onto ``backend``, with the weights when it can give them (and
-    then also the lse for softmax); skips when the backend cannot run the call at all."""
+    """``ak.attention`` on ``backend`` alone, with the weights when it can give them (and then
+    also the lse for softmax)."""
     for extra in ({"return_weights": True}, {}):
         if not backend_reasons(backend, q, k, v, **kwargs, **extra):
             return ak.attention(q, k, v, backend=backend, **kwargs, **extra)
-    pytest.skip(
+    pytest.fail(  # collected only for backends that take the call (see ``takes``)
         f"{backend!r} cannot run: " + "; ".join(backend_reasons(backend, q, k, v, **kwargs))
+    )
+
+
+def takes(score_name: str, case: AlignCase, backend: str, **options) -> bool:
+    """Whether ``backend``'s declaration takes the clean call of :func:`setup` (with or without
+    weights) with ``options``: judged on ``meta`` tensors at collection time."""
+    score = on_meta(lambda: make_score(score_name, 4, F64))
+    align = on_meta(lambda: case.build(4, F64))
+    shapes = ((1, 1, 4, 4), (1, 1, 6, 4), (1, 1, 6, 3))
+    return any(
+        admits(backend, shapes, dtype=F64, score=score, align=align, return_weights=w, **options)
+        for w in (True, False)
+    )
+
+
+def nonfinite_params(scores: list[str], **options) -> list:
+    """``(case, score, backend)`` for the backends that define results for NaN and infinities
+    (the others decline such calls: tests/core/test_dispatch.py) and take the call."""
+    return with_backends(
+        ((case, score) for score in scores for case in EVAL_CASES),
+        lambda case, score, backend: takes(score, case, backend, **options),
+        NONFINITE_BACKENDS,
     )
 
 
@@ -103,9 +127,9 @@ def assert_nan_rows(out: ak.AttentionOutput, clean: ak.AttentionOutput, nan_rows
 # --- NaN in admissible inputs --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("score_name", SCORE_NAMES)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "score_name", "backend"), nonfinite_params(SCORE_NAMES, causal=True)
+)
 def test_nan_in_a_query_makes_its_row_nan(backend: str, score_name: str, case: AlignCase) -> None:
     """Issue 20: sdpa returned a zero row for some NaN queries (its kernel's lanes decide)."""
     q, k, v, score, align = setup(score_name, case)
@@ -129,9 +153,9 @@ def test_nan_query_that_the_fused_kernel_dropped_to_zeros() -> None:
         assert rows.tolist() == [False, True, False, False], backend
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("score_name", READS_KEYS)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "score_name", "backend"), nonfinite_params(READS_KEYS, causal=True)
+)
 def test_nan_in_an_admissible_key_makes_the_rows_that_admit_it_nan(
     backend: str, score_name: str, case: AlignCase
 ) -> None:
@@ -151,9 +175,9 @@ def test_nan_in_an_admissible_key_makes_the_rows_that_admit_it_nan(
     assert_nan_rows(out, clean, rows)
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("score_name", SCORE_NAMES)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "score_name", "backend"), nonfinite_params(SCORE_NAMES, causal=True)
+)
 def test_nan_in_an_admissible_value_makes_that_feature_nan(
     backend: str, score_name: str, case: AlignCase
 ) -> None:
@@ -174,14 +198,20 @@ def test_nan_in_an_admissible_value_makes_that_feature_nan(
 # --- Masked-out keys are absent -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("score_name", SCORE_NAMES)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "score_name", "backend"),
+    with_backends(
+        ((case, score) for score in SCORE_NAMES for case in EVAL_CASES),
+        lambda case, score, backend: takes(score, case, backend, mask=torch.ones(6, dtype=bool)),
+    ),
+)
 def test_non_finite_padding_keys_reach_no_output_and_no_gradient(
     backend: str, score_name: str, case: AlignCase
 ) -> None:
     """Keys 4 and 5 are padding (masked for every query): NaN and infinities there change
-    nothing, forward or backward (PyTorch lets them poison every row, pytorch/pytorch#101967)."""
+    nothing, forward or backward (PyTorch lets them poison every row, pytorch/pytorch#101967).
+    Such keys are zeroed before any backend sees them, so every backend runs this call (the
+    fused ones too: no input it reads is non-finite)."""
     q, k, v, score, align = setup(score_name, case)
     mask = torch.tensor([True] * 4 + [False] * 2)
     bad_k, bad_v = k.clone(), v.clone()
@@ -210,8 +240,14 @@ def test_non_finite_padding_keys_reach_no_output_and_no_gradient(
     assert all(torch.isfinite(g).all() for g in out_grads)
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "backend"),
+    with_backends(
+        EVAL_CASES,
+        lambda case, backend: takes("scaled_dot", case, backend, causal=True),
+        NONFINITE_BACKENDS,
+    ),
+)
 def test_non_finite_key_masked_for_some_queries_reaches_only_the_others(
     backend: str, case: AlignCase
 ) -> None:
@@ -261,9 +297,9 @@ def _inf_positions() -> Tensor:
     return where
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("score_name", SCORE_NAMES)
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "score_name", "backend"), nonfinite_params(SCORE_NAMES, mask=torch.zeros(4, 6))
+)
 def test_inf_score_is_the_limit_of_growing_scores(
     backend: str, score_name: str, case: AlignCase
 ) -> None:
@@ -343,16 +379,28 @@ def test_overflowing_scores_from_finite_inputs_agree_on_every_backend() -> None:
         assert torch.isnan(got[3]).all(), backend
 
 
-def test_finite_inputs_keep_the_fused_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The NaN/inf handling costs the sdpa path a check of its inputs, never a detour."""
+def test_finite_inputs_keep_the_fused_kernel() -> None:
+    """The NaN/inf handling costs the sdpa path a check of its inputs, never a detour: the
+    backend that computes finite calls (seen by a hook) is sdpa; NaN confined to padding keys
+    is zeroed before any backend sees it, so it keeps sdpa too."""
+    ran: list[str] = []
 
-    def fail(call):
-        raise AssertionError("finite inputs must not leave the fused kernel")
+    def spy(call, module, run):  # type: ignore[no-untyped-def]
+        out = run(call)
+        ran.append(run.chosen.name)
+        return out
 
-    monkeypatch.setattr(sdpa_module, "tiled_attention", fail)
     q, k, v = qkv(b=2, h=2, m=17, n=33, d=8, dv=5)
-    ak.attention(q, k, v, backend="sdpa", causal=True)
-    ak.attention(q, k, v, backend="sdpa", mask=torch.zeros(17, 33))
+    bad_k = k.clone()
+    bad_k[..., 30:, :] = NAN
+    padding = torch.arange(33) < 30
+    with ak.attention_hooks(spy):
+        ak.attention(q, k, v, causal=True)
+        ak.attention(q, k, v, mask=torch.zeros(17, 33))
+        clean = ak.attention(q, k, v, mask=padding).context
+        padded = ak.attention(q, bad_k, v, mask=padding).context
+    assert ran == ["sdpa"] * 4
+    torch.testing.assert_close(padded, clean, rtol=0, atol=0)
 
 
 # --- zero sizes and dtypes ------------------------------------------------------------------------
@@ -372,14 +420,23 @@ def test_zero_feature_size_is_refused_by_attention_and_explain(which: str) -> No
             entry(q, k, v)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def declared_align(backend: str) -> ak.align.Align:
+    """An alignment ``backend`` runs (softmax where it can)."""
+    declared = backend_named(backend).aligns
+    return ak.align.Softmax() if declared is None or ak.align.Softmax in declared else declared[0]()
+
+
+ZERO_VALUE_SHAPES = ((2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 0))
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [b for b in BACKEND_NAMES if admits(b, ZERO_VALUE_SHAPES, align=declared_align(b))],
+)
 def test_zero_value_features_give_an_empty_context(backend: str) -> None:
-    q, k, v = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 6, 5), torch.randn(2, 3, 6, 0)
-    declared = backend_named(backend).aligns  # each backend with an alignment it runs
-    align = "softmax" if declared is None or ak.align.Softmax in declared else declared[0]()
-    if why := backend_reasons(backend, q, k, v, align=align):
-        pytest.skip(f"{backend!r} cannot run: " + "; ".join(why))
-    out = ak.attention(q, k, v, align=align, backend=backend)
+    """(sparse_rows declines empty calls: the engine computes them on the next backend.)"""
+    q, k, v = (torch.randn(shape) for shape in ZERO_VALUE_SHAPES)
+    out = ak.attention(q, k, v, align=declared_align(backend), backend=backend)
     assert out.context.shape == (2, 3, 4, 0)
 
 

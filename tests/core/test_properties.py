@@ -1,9 +1,9 @@
 """Property tests (hypothesis) of the invariants in RELIABILITY.md, for every backend, every
 registered alignment (eval mode) and every registered score over random small shapes.
 
-Each test is parametrised by backend and alignment; a backend that cannot run the alignment is
-skipped with its reasons, and drawn examples it cannot run (a score it does not take) are
-discarded with ``assume``. Tensors come from a drawn seed, so the examples are deterministic
+Each test is parametrised by alignment and by the backends whose declaration takes the call
+(generated at collection: a backend that cannot run the alignment is not paired with it), and
+drawn examples it cannot run (a score it does not take) are discarded with ``assume``. Tensors come from a drawn seed, so the examples are deterministic
 (``derandomize=True``).
 """
 
@@ -14,17 +14,18 @@ from dataclasses import dataclass
 import pytest
 import torch
 from attention_cases import (
-    BACKEND_NAMES,
     POSITIONAL_ALIGNS,
     POSITIONAL_SCORES,
     SCORE_NAMES,
     AlignCase,
+    admits,
     align_cases,
     backend_reasons,
-    case_ids,
     grads,
     local_window_mask,
     make_score,
+    on_meta,
+    with_backends,
 )
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -116,13 +117,15 @@ def problems(draw, scores: list[str] = SCORE_NAMES) -> Problem:
     )
 
 
-def skip_unless_backend_takes(backend: str, case: AlignCase, **options) -> None:
-    """Skip the whole test when ``backend`` cannot run this alignment with these options."""
-    q = torch.randn(1, 1, 2, 4)
-    align = case.build(4)
-    reasons = backend_reasons(backend, q, q, q, align=align, **options)
-    if reasons:
-        pytest.skip(f"backend {backend!r} cannot run this call: " + "; ".join(reasons))
+def takes(case: AlignCase, backend: str, **options) -> bool:
+    """Whether ``backend``'s declaration takes this alignment with these options."""
+    align = on_meta(lambda: case.build(4))
+    return admits(backend, ((1, 1, 2, 4),) * 3, align=align, **options)
+
+
+def case_params(cases: list[AlignCase], **options) -> list:
+    """``(case, backend)`` for each backend that takes the alignment with these options."""
+    return with_backends(cases, lambda case, backend: takes(case, backend, **options))
 
 
 def run(backend: str, q, k, v, **kwargs) -> ak.AttentionOutput:
@@ -145,12 +148,10 @@ def assume_distinct_scores(p: Problem, case: AlignCase, score, q: Tensor, k: Ten
 # --- weights form a distribution ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(EVAL_CASES, return_weights=True))
 def test_weights_are_a_distribution_over_admissible_keys(backend: str, case: AlignCase) -> None:
     """Weights >= 0; masked keys (and keys outside a local window) get exactly 0; for a
     normalized alignment each row with an admissible key sums to 1, other rows are all 0."""
-    skip_unless_backend_takes(backend, case, return_weights=True)
 
     @SETTINGS
     @given(p=problems(), masked=st.booleans())
@@ -175,10 +176,8 @@ def test_weights_are_a_distribution_over_admissible_keys(backend: str, case: Ali
     check()
 
 
-@pytest.mark.parametrize("case", NORMALIZED, ids=case_ids(NORMALIZED))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(NORMALIZED))
 def test_context_lies_in_the_convex_hull_of_the_values(backend: str, case: AlignCase) -> None:
-    skip_unless_backend_takes(backend, case)
 
     @SETTINGS
     @given(p=problems(), masked=st.booleans())
@@ -205,10 +204,8 @@ def test_context_lies_in_the_convex_hull_of_the_values(backend: str, case: Align
 # --- permutations ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", QUERY_ORDER_FREE, ids=case_ids(QUERY_ORDER_FREE))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(QUERY_ORDER_FREE))
 def test_permuting_queries_permutes_outputs(backend: str, case: AlignCase) -> None:
-    skip_unless_backend_takes(backend, case)
 
     @SETTINGS
     @given(p=problems(), padded=st.booleans())
@@ -224,10 +221,8 @@ def test_permuting_queries_permutes_outputs(backend: str, case: AlignCase) -> No
     check()
 
 
-@pytest.mark.parametrize("case", KEY_ORDER_FREE, ids=case_ids(KEY_ORDER_FREE))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(KEY_ORDER_FREE))
 def test_permuting_key_value_pairs_changes_nothing(backend: str, case: AlignCase) -> None:
-    skip_unless_backend_takes(backend, case)
 
     @SETTINGS
     @given(p=problems(scores=CONTENT_SCORES))
@@ -251,17 +246,25 @@ SHIFTS = [(case, "float_mask") for case in EVAL_CASES] + [
 ]
 
 
-@pytest.mark.parametrize(("case", "via"), SHIFTS, ids=[f"{c.id}-{via}" for c, via in SHIFTS])
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def _identity_mod(s: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+    return s
+
+
+SHIFT_OPTIONS = {
+    "score_mod": {"score_mod": _identity_mod},
+    "float_mask": {"mask": torch.zeros(2, 1)},
+}
+
+
+@pytest.mark.parametrize(
+    ("case", "via", "backend"),
+    with_backends(SHIFTS, lambda case, via, backend: takes(case, backend, **SHIFT_OPTIONS[via])),
+)
 def test_adding_a_constant_to_a_row_of_scores_changes_nothing(
     backend: str, case: AlignCase, via: str
 ) -> None:
     """Every alignment here is shift-invariant per row (softmax, sparsemax and entmax by
     definition; top-k, hard and local ones through them; reinforced's policy ignores the scores)."""
-    if via == "score_mod":
-        skip_unless_backend_takes(backend, case, score_mod=lambda s, b, h, i, j: s)
-    else:
-        skip_unless_backend_takes(backend, case, mask=torch.zeros(1, 1, 2, 1))
 
     @SETTINGS
     @given(p=problems())
@@ -285,12 +288,10 @@ def test_adding_a_constant_to_a_row_of_scores_changes_nothing(
 # --- causality ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(EVAL_CASES, causal=True))
 def test_causal_outputs_do_not_depend_on_the_future(backend: str, case: AlignCase) -> None:
     """Perturbing keys/values after position i' = i + N - M leaves queries 0..i bitwise equal,
     and their gradient with respect to those keys/values is exactly zero."""
-    skip_unless_backend_takes(backend, case, causal=True)
 
     @SETTINGS
     @given(p=problems(), row=st.integers(0, 8))
@@ -318,10 +319,10 @@ def test_causal_outputs_do_not_depend_on_the_future(backend: str, case: AlignCas
 # --- masked keys ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("case", "backend"), case_params(EVAL_CASES, mask=torch.ones(1, 1, 1, 2, dtype=torch.bool))
+)
 def test_masked_keys_get_zero_gradient(backend: str, case: AlignCase) -> None:
-    skip_unless_backend_takes(backend, case, mask=torch.ones(1, 1, 1, 2, dtype=torch.bool))
 
     @SETTINGS
     @given(p=problems())
@@ -343,10 +344,8 @@ def test_masked_keys_get_zero_gradient(backend: str, case: AlignCase) -> None:
 # --- grouped-query attention ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", EVAL_CASES, ids=case_ids(EVAL_CASES))
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(("case", "backend"), case_params(EVAL_CASES))
 def test_grouped_query_attention_equals_repeated_heads(backend: str, case: AlignCase) -> None:
-    skip_unless_backend_takes(backend, case)
 
     @SETTINGS
     @given(p=problems(), h_kv=st.integers(1, 3), groups=st.integers(1, 3), causal=st.booleans())

@@ -195,7 +195,11 @@ def test_infinite_scores_keep_the_defined_result(align: str) -> None:
     q = torch.tensor([[1e30], [1.0], [float("inf")]]).view(1, 1, 3, 1).requires_grad_()
     k = torch.tensor([[1e30], [1e30], [-1.0], [0.5]]).view(1, 1, 4, 1).requires_grad_()
     v = torch.arange(8.0).view(1, 1, 4, 2).requires_grad_()
-    out = ak.attention(q, k, v, score="dot", align=align, backend="sparse_rows").context
+    with ak.backends("sparse_rows", "chunked"):
+        # sparse_rows declines (the inputs are not finite); chunked, which defines them, runs
+        text = ak.explain(q, k, v, score="dot", align=align)
+        out = ak.attention(q, k, v, score="dot", align=align).context
+    assert "runs on: chunked" in text and "passed over sparse_rows: an input holds NaN" in text
     keys = v[0, 0]
     # row 0: scores [+inf, +inf, -1e30, 5e29]; row 1: [1e30, 1e30, -1, 0.5] (finite: the
     # mappings give 1/2, 1/2); row 2: [+inf, +inf, -inf, +inf]
@@ -216,7 +220,9 @@ def test_non_finite_inputs_match_chunked() -> None:
     v[0, 1, 3, 0] = float("inf")
     mask = ak.masks.padding(torch.tensor([6, 5]), 6)
     for align in ALIGNS:
-        got = ak.attention(q, k, v, align=align, mask=mask, backend="sparse_rows").context
+        with ak.backends("sparse_rows", "chunked"):  # sparse_rows declines, chunked runs
+            assert "runs on: chunked" in ak.explain(q, k, v, align=align, mask=mask)
+            got = ak.attention(q, k, v, align=align, mask=mask).context
         want = ak.attention(q, k, v, align=align, mask=mask, backend="chunked").context
         torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=1e-12)
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from attention_cases import BACKEND_NAMES, attend, grads, qkv, randn
+from attention_cases import attend, backends_taking, grads, on_meta, qkv, randn, with_backends
 from torch import Tensor
 
 import attnkit as ak
@@ -33,7 +33,13 @@ def one_hot(index: Tensor, n: int, dtype=torch.float64) -> Tensor:
 # --- Hard: evaluation mode ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def hard_backends(estimator: str = "reinforce", return_weights: bool = False) -> list[str]:
+    """The backends whose declaration takes the hard alignment (with weights if asked)."""
+    align = ak.align.Hard(estimator=estimator)
+    return backends_taking(dtype=torch.float64, align=align, return_weights=return_weights)
+
+
+@pytest.mark.parametrize("backend", hard_backends(return_weights=True))
 def test_hard_eval_is_the_argmax_one_hot(backend: str) -> None:
     q, k, v = qkv(m=5, n=7, d=4, dv=3, dtype=torch.float64, seed=30)
     mask = torch.rand(2, 1, 5, 7, generator=torch.Generator().manual_seed(31)) < 0.6
@@ -79,7 +85,7 @@ def test_hard_reinforce_samples_follow_the_softmax() -> None:
     assert chi_square(counts, torch.softmax(scores, -1)) < CHI2_CRITICAL_0_001[3]
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", hard_backends())
 def test_hard_reinforce_samples_follow_the_softmax_through_attention(backend: str) -> None:
     """Many identical queries: the keys they pick are drawn from one softmax distribution."""
     draws = 20_000
@@ -111,7 +117,7 @@ def test_hard_reinforce_log_prob_and_its_gradient() -> None:
     )
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", hard_backends(return_weights=True))
 def test_hard_reinforce_through_attention(backend: str) -> None:
     q, k, v = qkv(m=4, n=6, dtype=torch.float64, seed=39, requires_grad=True)
     align = ak.align.Hard().train()
@@ -191,7 +197,7 @@ def test_hard_straight_through_forward_one_hot_backward_gumbel_softmax() -> None
     torch.testing.assert_close(grad, expected)
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", hard_backends("straight_through", return_weights=True))
 def test_hard_straight_through_through_attention(backend: str) -> None:
     q, k, v = qkv(m=5, n=6, dtype=torch.float64, seed=48, requires_grad=True)
     align = ak.align.Hard(estimator="straight_through").train()
@@ -241,7 +247,7 @@ def test_hard_sampling_is_reproducible_with_a_seed(estimator: str) -> None:
     assert not torch.equal(first.argmax(-1), other.argmax(-1))
 
 
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize("backend", hard_backends())
 def test_hard_through_attention_is_reproducible_with_a_seed(backend: str) -> None:
     q, k, v = qkv(m=30, n=6, seed=57)
     align = ak.align.Hard().train()
@@ -369,8 +375,20 @@ def test_reinforced_never_weights_a_masked_key() -> None:
     assert torch.isfinite(log_prob).all()
 
 
-@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
-@pytest.mark.parametrize("backend", BACKEND_NAMES)
+@pytest.mark.parametrize(
+    ("training", "backend"),
+    with_backends(
+        [False, True],
+        lambda training, backend: (
+            backend
+            in backends_taking(
+                dtype=torch.float64,
+                align=on_meta(lambda: ak.align.Reinforced(4, 4).train(training)),
+                return_weights=True,
+            )
+        ),
+    ),
+)
 def test_reinforced_through_attention(backend: str, training: bool) -> None:
     q, k, v = qkv(b=2, h=2, m=5, n=6, d=4, dtype=torch.float64, seed=82)
     align = _reinforced().train(training)

@@ -166,4 +166,4 @@ def test_the_french_to_english_direction(tiny_root):
     assert test.possible == test.sure | {(2, 1), (3, 1), (2, 2)}
     assert data["train"][1].source == forward["train"][1].target
     with pytest.raises(ConfigError, match="reverse: only a translation corpus"):
-        validate({**raw, "data": {"corpus": "movie_reviews", "reverse": True}})
+        validate({**raw, "data": {"corpus": "movie_reviews", "reverse": True}, "model": {"kind": "han"}})

@@ -2,13 +2,17 @@
 
 Rank 1 misbehaves before ring attention; rank 0 runs ring attention and must raise
 ``PeerFailureError`` naming the peer — at once when rank 1's process is gone (its connections
-close), after the process group's timeout when rank 1 is alive but silent — never hang.
+close), after the process group's timeout when rank 1 is alive but silent — never hang. Whether
+the connection closes while rank 0's messages travel or before it posts them ("gone": rank 0
+starts its step only once rank 1's process has ended), the error is the same.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +20,26 @@ import torch
 import attnkit.distributed as akd
 
 TIMEOUT = 3.0  # seconds: the process group's timeout
+# rank 1's process id, shared with the forked ranks ("gone": rank 0 waits for that process)
+_PEER_PID = multiprocessing.get_context("fork").Value("i", 0)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie, or reaped): its sockets are closed."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def _wait_until_gone() -> None:
+    """Block until rank 1 announced itself and its process ended, then let the closed
+    connection reach the process group (the step below must find it closed when posting)."""
+    deadline = time.monotonic() + 3 * TIMEOUT
+    while time.monotonic() < deadline and not (_PEER_PID.value and _ended(_PEER_PID.value)):
+        time.sleep(0.01)
+    time.sleep(0.5)
 
 
 def _worker(rank: int, world: int, how: str) -> dict:
@@ -24,10 +48,13 @@ def _worker(rank: int, world: int, how: str) -> dict:
     if rank == 1:
         if how == "raises":
             raise RuntimeError("deliberate failure of rank 1")
-        if how == "exits":
+        if how in ("exits", "gone"):
+            _PEER_PID.value = os.getpid()
             os._exit(7)
         time.sleep(2 * TIMEOUT)  # "hangs": alive, but never sends
         return {}
+    if how == "gone":
+        _wait_until_gone()
     start = time.perf_counter()
     try:
         akd.ring_attention(x, x, x, causal=True)
@@ -36,8 +63,9 @@ def _worker(rank: int, world: int, how: str) -> dict:
     return {"error": None}
 
 
-@pytest.mark.parametrize("how", ["raises", "exits", "hangs"])
+@pytest.mark.parametrize("how", ["raises", "exits", "gone", "hangs"])
 def test_a_failing_rank_makes_the_others_fail_clearly_within_the_timeout(how):
+    _PEER_PID.value = 0
     start = time.perf_counter()
     results = akd.launch_local(_worker, 2, how, timeout=TIMEOUT, join_timeout=4 * TIMEOUT)
     survivor = results[0]
@@ -49,7 +77,7 @@ def test_a_failing_rank_makes_the_others_fail_clearly_within_the_timeout(how):
     assert time.perf_counter() - start < 4 * TIMEOUT + 5  # nothing hung
     if how == "raises":
         assert "deliberate failure of rank 1" in results[1].error
-    if how == "exits":
+    if how in ("exits", "gone"):
         assert results[1].exitcode == 7 and "without reporting" in results[1].error
 
 

@@ -277,7 +277,9 @@ def test_look_around_equals_dense_mask(
 def test_look_around_matches_local_attention_package(causal: bool, exact: bool) -> None:
     """The ``local-attention`` package's ``LocalAttention(window_size=16, look_backward=2,
     look_forward=…)`` (no positional embedding) on the same q, k, v, float32."""
-    package = pytest.importorskip("local_attention")
+    package = pytest.importorskip(
+        "local_attention", reason="optional: the peer package local-attention is not installed"
+    )
     forward = 0 if causal else 1
     peer = package.LocalAttention(
         window_size=16, causal=causal, look_backward=2, look_forward=forward,

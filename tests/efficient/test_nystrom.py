@@ -83,7 +83,9 @@ def test_value_residual_matches_nystrom_attention_package() -> None:
     around ``nystrom_attention(residual_weight=res_conv.weight)``: one head, so its pseudo-inverse
     starts from the same scaling as attnkit's (the package scales by the maximum over all heads);
     length a multiple of the landmarks (the package pads in front otherwise)."""
-    package = pytest.importorskip("nystrom_attention")
+    package = pytest.importorskip(
+        "nystrom_attention", reason="optional: the peer package nystrom-attention is not installed"
+    )
     torch.manual_seed(0)
     peer = package.NystromAttention(dim=16, dim_head=16, heads=1, num_landmarks=32).double()
     x = torch.randn(1, 256, 16, dtype=torch.float64)

@@ -213,7 +213,9 @@ def test_generalized_kind_module_and_performer_pytorch(causal: bool) -> None:
     ).context
     assert torch.equal(out, function)
     assert "kernel_epsilon=0.001" in repr(kind)
-    package = pytest.importorskip("performer_pytorch")
+    package = pytest.importorskip(
+        "performer_pytorch", reason="optional: the peer package performer-pytorch is not installed"
+    )
     peer = package.FastAttention(
         8, nb_features=32, causal=causal, generalized_attention=True, kernel_fn=torch.nn.ReLU()
     )

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-import attnkit.run
 from attnkit.checkpoint import CheckpointError
 from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.interpret.explain import slug
+from attnkit.report import describe_model
 from attnkit.run import Run, explain_run
 
 SENTENCE = "I love you, Zorblax."  # "zorblax" is in no vocabulary: an unknown word
@@ -125,7 +125,7 @@ def test_recurrent_page_shows_the_models_alignment(runs, kind):
 
     assert run.path.name in page.heading and SENTENCE in page.heading
     assert detokenize(words, "fr") in page.heading
-    assert attnkit.run.describe_model(run.config) in page.notes
+    assert describe_model(run.config) in page.notes
     assert "step 3" in page.notes and "zorblax(unk)" in page.notes
 
 

@@ -82,6 +82,7 @@ def _head_config(weight: float) -> object:
                 "alignment_head": 1,
             },
             "train": {"steps": 2, "supervised_weight": weight, "supervised_kind": "ce"},
+            "decode": {"max_length": 15},  # within the 16 positions
         }
     )
 

@@ -189,14 +189,21 @@ def test_a_model_of_other_shapes_is_left_untouched(tmp_path):
         assert torch.equal(value, before[key])  # nothing half-loaded
 
 
+#: files whose data format is a pickle, read by an Unpickler that admits listed classes only
+RESTRICTED_UNPICKLERS = {"src/attnkit/data/planetoid.py"}  # Planetoid's ind.* files
+
+
 def test_no_pickle_anywhere():
-    """No ``pickle`` and no ``torch.load`` without ``weights_only=True`` in the code we ship."""
+    """No ``pickle`` and no ``torch.load`` without ``weights_only=True`` in the code we ship,
+    but for a data format that is a pickle, read with an allow-list ``find_class``."""
     offenders = []
     for folder in ("src", "benchmarks"):
         for path in (ROOT / folder).rglob("*.py"):
             text = path.read_text(encoding="utf-8")
             if re.search(r"^\s*(import|from)\s+(c?pickle|dill|joblib)\b", text, re.M):
-                offenders.append(f"{path}: imports pickle")
+                restricted = str(path.relative_to(ROOT)) in RESTRICTED_UNPICKLERS
+                if not (restricted and "def find_class(" in text and "pickle.load(" not in text):
+                    offenders.append(f"{path}: imports pickle")
             for call in re.finditer(r"torch\.load\(([^()]|\([^()]*\))*\)", text):
                 if "weights_only=True" not in call.group(0):
                     offenders.append(f"{path}: {call.group(0)}")

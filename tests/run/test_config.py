@@ -60,7 +60,7 @@ def _with(path: str, value) -> dict:
         (
             "data.corpus",
             "wmt",
-            "data.corpus: must be one of fashion_mnist, hansards, karate,",
+            "data.corpus: must be one of babi, fashion_mnist, hansards, karate,",
         ),
     ],
 )

@@ -194,10 +194,10 @@ if "AK_TEST_FAIL" in os.environ:
     how, step = os.environ["AK_TEST_FAIL"].split(":")
     original, calls = attnkit.tasks.translation.TranslationJob.loss, []
 
-    def loss(self, model, batch, parallel):
-        out = original(self, model, batch, parallel)
+    def loss(self, model, batch):
+        out = original(self, model, batch)
         calls.append(1)
-        if parallel.rank == 1 and len(calls) == int(step):
+        if os.environ.get("RANK") == "1" and len(calls) == int(step):
             if how == "exits":
                 os._exit(0)
             time.sleep(120)  # alive, silent; torchrun ends it once rank 0 has failed

@@ -167,13 +167,13 @@ def test_a_failed_set_up_keeps_the_user_s_directory_and_lock_file(tmp_path):
     bad = validate({**CONFIG, "data": {**CONFIG["data"], "max_pairs": 1, "max_length": 1}})
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ValueError, match="at least one example"):
+    with pytest.raises(ValueError, match="no training pair is left"):
         train(bad, run_dir=empty, quiet=True, log=_quiet)
     assert empty.is_dir() and list(empty.iterdir()) == []
     locked = tmp_path / "locked"
     locked.mkdir()
     (locked / LOCK_FILE).write_text("")
-    with pytest.raises(ValueError, match="at least one example"):
+    with pytest.raises(ValueError, match="no training pair is left"):
         train(bad, run_dir=locked, quiet=True, log=_quiet)
     assert [p.name for p in locked.iterdir()] == [LOCK_FILE]
 

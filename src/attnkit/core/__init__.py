@@ -1,7 +1,7 @@
 """The general attention model as math on tensors: scores, alignments, masks, the engine."""
 
 from attnkit.core.call import AttentionOutput
-from attnkit.core.engine import attention
+from attnkit.core.engine import attention, backends, explain
 from attnkit.core.general import GeneralAttention
 from attnkit.core.hooks import AttentionHook, attention_hooks, observed
 
@@ -11,5 +11,7 @@ __all__ = [
     "GeneralAttention",
     "attention",
     "attention_hooks",
+    "backends",
+    "explain",
     "observed",
 ]

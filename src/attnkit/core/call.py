@@ -81,7 +81,8 @@ class AttentionCall:
     # the returned weights are the dropped ones that multiplied v (torch's MHA returns those)
     weights_after_dropout: bool = False
     # q, k, v and the float mask hold only finite numbers (assumed on "meta", which has no
-    # values). Fused kernels are only trusted with finite inputs (see sdpa.py).
+    # values), after the keys no query may attend were zeroed. Backends declared
+    # ``nonfinite=False`` (the fused kernels, see sdpa.py) decline calls where this is False.
     finite: bool = True
 
     @property
@@ -304,6 +305,11 @@ def prepare(
     return call if call.finite else _without_unreachable_keys(call)
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Scores and alignments of half-precision inputs are computed in float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def known_values(t: Tensor) -> bool:
     """Whether Python may branch on ``t``'s values: not on ``meta`` (it has none), not while
     ``torch.compile`` traces (a branch on values cannot be traced: the code takes the path that
@@ -329,7 +335,8 @@ def _all_finite(*tensors: Tensor | None) -> bool:
 def _without_unreachable_keys(call: AttentionCall) -> AttentionCall:
     """Zero the keys and values that no query may attend (padding), so that whatever they hold
     (NaN, infinities) reaches no output and no gradient. A ``where``, not a product: nothing flows
-    to or from the replaced entries. Runs only when an input is non-finite."""
+    to or from the replaced entries. Runs only when an input is non-finite; ``finite`` is then
+    checked again, so NaN confined to padding leaves the call to the fast backends."""
     allowed = call.full_mask()
     if allowed is None:
         return call
@@ -337,4 +344,4 @@ def _without_unreachable_keys(call: AttentionCall) -> AttentionCall:
     reachable = allowed.expand(b, h, m, n).any(-2).unsqueeze(-1)  # [B, H, N, 1]
     k = torch.where(reachable, call.k, torch.zeros((), dtype=call.k.dtype, device=call.k.device))
     v = torch.where(reachable, call.v, torch.zeros((), dtype=call.v.dtype, device=call.v.device))
-    return replace(call, k=k, v=v)
+    return replace(call, k=k, v=v, finite=_all_finite(call.q, k, v, call.bias))

@@ -14,7 +14,8 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.reference import attend_rows, score_features
+from attnkit.core.memory import feature_bytes, sizes
+from attnkit.core.reference import attend_rows, reference_memory, rows_memory, score_features
 
 #: numbers in one block's score tensor [B, H, block, N] (times the score's elements and d_v)
 CHUNK_BUDGET = 1 << 22
@@ -56,3 +57,22 @@ def chunked_attention(call: AttentionCall) -> AttentionOutput:
             # Rows are dim 2 of everything: context/weights [B, H, m, ...], lse etc. [B, H, m].
             merged[name] = torch.cat(pieces, dim=2)
     return AttentionOutput(**merged)
+
+
+def chunked_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`chunked_attention` (see ``memory.py``): one block of
+    query rows at a time (:func:`~attnkit.core.reference.rows_memory`), the blocks' outputs and
+    their concatenation (the context, and the weights if asked). Under autograd a block is
+    recomputed in the backward pass, next to the gradients of ``q``, ``k``, ``v``."""
+    z = sizes(call)
+    rows = chunk_rows(call)
+    if rows >= z.m:
+        return reference_memory(call, backward)
+    outputs = z.context + (
+        z.scores * (call.score.value_features or 1) if call.return_weights else 0
+    )
+    fixed = feature_bytes(call) + 2 * outputs * z.compute
+    if not backward:
+        return fixed + rows_memory(call, rows, False)
+    grads = (z.queries + z.keys + z.values) * z.compute
+    return fixed + grads + rows_memory(call, rows, True, checkpointed=True)

@@ -17,9 +17,10 @@ product of features (``Score.pairwise_is_dot``: dot, scaled dot, general, biased
 qualifies; the features are computed first, under autograd.
 
 Non-finite numbers: like the fused kernels, the GEMM and ``torch.softmax`` define nothing for NaN
-and infinities that matches attnkit's semantics (docs/reliability.md), so calls whose inputs are
-not finite, or whose scores could overflow, are computed by the tiled algorithm instead. Rows with
-no admissible key get zero weights and a zero context, as on every backend.
+and infinities that matches attnkit's semantics (docs/reliability.md), so the backend declares
+``nonfinite=False``: it declines calls whose inputs are not finite, or whose scores could
+overflow, and the engine runs them on the next backend (``tiled``). Rows with no admissible key
+get zero weights and a zero context, as on every backend.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ from torch import Tensor
 
 from attnkit.core.align import possibly
 from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.memory import feature_bytes, mask_bytes, sizes
 from attnkit.core.reference import score_features
-from attnkit.core.sdpa import scores_stay_finite
 from attnkit.core.summary import summarize
-from attnkit.core.tiled import tiled_attention
 
 
 def batched_gemm(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
@@ -78,8 +78,6 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
     qf, kf = score_features(call, call.q, call.k)  # e.g. W q of the general score, under autograd
     scale = call.score.resolve_scale(call.scale, call.k.shape[-1])
     scale = 1.0 if scale is None else scale
-    if not scores_stay_finite(call, qf, kf, scale):
-        return tiled_attention(call)  # NaN/inf semantics that softmax over a GEMM does not give
     v = call.v.to(qf.dtype)
     inputs = (qf, kf, v) if call.bias is None else (qf, kf, v, call.bias)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
@@ -116,3 +114,24 @@ def dense_attention(call: AttentionCall) -> AttentionOutput:
         lse=lse,
         summary=None if call.summary is None else summarize(a, call.summary),
     )
+
+
+def dense_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`dense_attention` (see ``memory.py``): the scores
+    ``[B, H, M, N]``, overwritten by the weights (one tensor), and the context; under autograd
+    the scores, the weights autograd saves and, in the backward, their gradient (three, five with
+    a mask: the masked fill's gradient), with the gradients of ``q``, ``k``, ``v``. Dropout adds
+    the dropped weights and their mask; half inputs, the weights cast back."""
+    z = sizes(call)
+    scores = z.scores * z.compute
+    extra = feature_bytes(call) + mask_bytes(call) + (z.rows * z.compute if call.return_lse else 0)
+    if call.dropout > 0:
+        extra += scores + z.scores  # F.dropout's output and its bool mask
+    if call.return_weights and z.item != z.compute:
+        extra += z.scores * z.item
+    context = z.context * z.compute
+    if not backward:
+        return extra + scores + context
+    if mask_bytes(call) or call.mask is not None:  # masked_fill_'s gradient, and ~mask
+        extra += 2 * scores
+    return extra + 3 * scores + 2 * context

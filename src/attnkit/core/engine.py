@@ -1,16 +1,26 @@
 """``attention()``: one call for every score and alignment; the engine picks how to compute it.
 
-Backends are declared as data (STYLE.md, after xFormers' dispatch): each names itself, declares
-what it supports, and runs a call; why it cannot run a given call is derived from the declaration. The engine takes the first backend with no reasons against
-it; forcing a backend that cannot run raises with its reasons. No backend changes the result to
-gain speed — every one is tested against the float64 materialised formula.
+Backends are declared as data (``backend.py``, after xFormers' dispatcher): each names itself,
+declares what it supports, and runs a call. The engine's loop walks the backends allowed here in
+the order of :data:`BACKENDS` (fastest first) and runs the first that does not decline the call;
+a backend that declines says why, and no backend hands a call to another. If a backend declines
+only while running (``Declined``: a kernel that failed to compile), the loop goes on to the next.
+When none is left, one ``ValueError`` lists every allowed backend's reasons. No backend changes
+the result to gain speed — every one is tested against the float64 materialised formula.
 
-Einsum letters / shapes: B batch, H heads, M queries, N keys, d_q/d_k/d_v feature sizes.
+Which backends are allowed: all of them, or those named by ``with backends(...):`` (a scope,
+like ``torch.nn.attention.sdpa_kernel``), or the one named by ``attention(..., backend=)`` for
+one call.
+
+Shapes: B batch, H heads, M queries, N keys, D/Dv feature sizes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,114 +28,30 @@ import torch
 from torch import Tensor
 
 from attnkit.core.align import Align, Entmax15, Softmax, Sparsemax
+from attnkit.core.backend import Backend, Declined, needs_gradients
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
-from attnkit.core.chunked import chunked_attention
-from attnkit.core.dense import dense_attention
-from attnkit.core.flex import FLEX_DTYPES, flex_attention_forward, flex_limits
+from attnkit.core.chunked import chunked_attention, chunked_memory
+from attnkit.core.dense import dense_attention, dense_memory
+from attnkit.core.flex import FLEX_DTYPES, flex_attention_forward, flex_limits, flex_memory
 from attnkit.core.hooks import observed, run_hooked
 from attnkit.core.masks import MaskMod, ScoreMod
-from attnkit.core.reference import reference_attention
+from attnkit.core.memory import SMALL, default_budget, format_bytes, parse_budget
+from attnkit.core.reference import reference_attention, reference_memory
+from attnkit.core.registry import Registry
 from attnkit.core.scores import Score
-from attnkit.core.sdpa import sdpa_attention
-from attnkit.core.sparse_rows import sparse_rows_attention
-from attnkit.core.tiled import captured_tensors, tiled_attention
+from attnkit.core.sdpa import sdpa_attention, sdpa_memory
+from attnkit.core.sparse_rows import sparse_rows_attention, sparse_rows_limits, sparse_rows_memory
+from attnkit.core.tiled import tiled_attention, tiled_memory
 
-ALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-@dataclass(frozen=True)
-class Backend:
-    """A way to compute attention, with what it supports declared as data.
-
-    ``reasons(call)`` derives from the declaration why the backend cannot run a call, so the
-    dispatcher, ``explain()``, ``attnkit info`` and the tests all read the same facts.
-    """
-
-    name: str
-    description: str
-    run: Callable[[AttentionCall], AttentionOutput]
-    dot_scores_only: bool = False  # only scores whose pairwise part is a dot product
-    aligns: tuple[type[Align], ...] | None = None  # None: every alignment
-    multi_dimensional: bool = True
-    weights: bool = True
-    # chosen automatically only for calls that ask for the weights (it writes them); forced, any
-    only_weights: bool = False
-    dropped_weights: bool = True  # can return the weights after dropout (whole rows dropped)
-    lse: bool = True  # can return the log-sum-exp (softmax alignment)
-    score_mod: bool = True
-    dropout: bool = True
-    summary: bool = True
-    half_float_mask: bool = True  # adds a float mask to half-precision scores exactly
-    dtypes: tuple[torch.dtype, ...] = ALL_DTYPES
-    devices: tuple[str, ...] | None = None  # device types; None: any
-    # runs under torch.compile: no Python branch on tensor values (the others read values to
-    # choose a kernel or skip blocks, which dynamo cannot trace)
-    traceable: bool = False
-    gradients: bool = True  # computes gradients (else passed over when autograd needs them)
-    # reasons only the backend can judge (e.g. which scores a compiled kernel expresses)
-    limits: Callable[[AttentionCall], list[str]] | None = None
-
-    def reasons(self, call: AttentionCall, forced: bool = False) -> list[str]:
-        """Why this backend cannot compute ``call`` (empty when it can); ``forced``: the caller
-        named it, so preferences that only guide the automatic choice do not count."""
-        why = []
-        if self.dot_scores_only and not call.score.pairwise_is_dot:
-            why.append(f"score {call.score.registry_name!r} is not a dot product of features")
-        if self.aligns is not None and type(call.align) not in self.aligns:
-            names = ", ".join(repr(a.registry_name) for a in self.aligns)
-            why.append(f"align {call.align.registry_name!r} is not {names} (needs whole rows)")
-        if not self.multi_dimensional and call.score.value_features is not None:
-            why.append("multi-dimensional scores need whole rows per feature")
-        if not self.weights and call.return_weights:
-            why.append("weights were asked for")
-        if self.only_weights and not call.return_weights and not forced:
-            why.append(
-                "no weights were asked for (it would write a [B, H, M, N] tensor for nothing)"
-            )
-        dropped = call.return_weights and call.weights_after_dropout and call.dropout > 0
-        if not self.dropped_weights and dropped:
-            why.append("the weights after dropout were asked for")
-        if not self.lse and call.return_lse:
-            why.append("lse was asked for")
-        if not self.score_mod and call.score_mod is not None:
-            why.append("a score_mod was given")
-        if not self.dropout and call.dropout > 0:
-            why.append("dropout > 0 is not supported")
-        if not self.summary and call.summary is not None:
-            why.append(f"summary {call.summary!r} was asked for")
-        half = call.q.dtype in (torch.float16, torch.bfloat16)
-        if not self.half_float_mask and half and call.bias is not None:
-            why.append("a float mask with half-precision inputs would be added in half precision")
-        if call.q.dtype not in self.dtypes:
-            why.append(f"dtype {call.q.dtype} is not supported")
-        if self.devices is not None and call.q.device.type not in self.devices:
-            why.append(f"device {call.q.device.type!r} is not supported")
-        if not self.traceable and torch.compiler.is_compiling():
-            why.append("torch.compile is tracing (this backend branches on tensor values)")
-        if not self.gradients and needs_gradients(call):
-            why.append(
-                "gradients are needed (autograd is on and an input or parameter requires grad)"
-            )
-        if self.limits is not None:
-            why.extend(self.limits(call))
-        return why
-
-
-def needs_gradients(call: AttentionCall) -> bool:
-    """Whether autograd would differentiate ``call``: grad mode is on and ``q``, ``k``, ``v``,
-    the float mask, the score's parameters or a tensor a mod captures requires grad."""
-    if not torch.is_grad_enabled():
-        return False
-    tensors = [call.q, call.k, call.v, call.bias, *call.score.parameters()]
-    tensors += captured_tensors(call.score_mod) + captured_tensors(call.mask_mod)
-    return any(t is not None and t.requires_grad for t in tensors)
-
-
-BACKENDS: list[Backend] = [
+#: the backends, registered in the order the engine tries them (the fastest that can run a call
+#: first); a backend registered later (``BACKENDS.register(name)(Backend(...))``) is tried last
+BACKENDS: Registry[Backend] = Registry("backend")
+for _backend in [
     Backend(
         "sdpa",
         "torch.nn.functional.scaled_dot_product_attention (fused kernels)",
         sdpa_attention,
+        memory=sdpa_memory,
         dot_scores_only=True,
         aligns=(Softmax,),
         multi_dimensional=False,
@@ -134,28 +60,33 @@ BACKENDS: list[Backend] = [
         score_mod=False,
         summary=False,
         half_float_mask=False,
+        nonfinite=False,
     ),
     Backend(
         "dense",
         "weights on demand: scores by one GEMM into the weights' buffer, softmax, one GEMM",
         dense_attention,
+        memory=dense_memory,
         dot_scores_only=True,
         aligns=(Softmax,),
         multi_dimensional=False,
         only_weights=True,
         score_mod=False,
+        nonfinite=False,
     ),
     Backend(
         "flex",
         "compiled FlexAttention (torch.compile: C++ on the CPU, Triton on CUDA), forward only: "
         "dot-product scores (or act() of one) with score_mod, masks and causal",
         flex_attention_forward,
+        memory=flex_memory,
         aligns=(Softmax,),
         multi_dimensional=False,
         weights=False,
         lse=False,
         dropout=False,
         summary=False,
+        nonfinite=False,
         dtypes=FLEX_DTYPES,
         gradients=False,
         limits=flex_limits,
@@ -164,6 +95,7 @@ BACKENDS: list[Backend] = [
         "tiled",
         "FlashAttention's online softmax over blocks, backward by recomputation: every score",
         tiled_attention,
+        memory=tiled_memory,
         aligns=(Softmax,),
         multi_dimensional=False,
         dropped_weights=False,
@@ -173,6 +105,7 @@ BACKENDS: list[Backend] = [
         "sparsemax / 1.5-entmax of dot-product scores by blocks of rows, backward from the "
         "saved thresholds",
         sparse_rows_attention,
+        memory=sparse_rows_memory,
         dot_scores_only=True,
         aligns=(Sparsemax, Entmax15),
         multi_dimensional=False,
@@ -181,58 +114,249 @@ BACKENDS: list[Backend] = [
         score_mod=False,
         dropout=False,
         summary=False,
+        nonfinite=False,
+        limits=sparse_rows_limits,
     ),
     Backend(
         "chunked",
         "the materialised formula over blocks of queries: every alignment, multi-dimensional",
         chunked_attention,
+        memory=chunked_memory,
     ),
     Backend(
         "reference",
         "the materialised formula, eq. (2)-(4): every score, alignment and option",
         reference_attention,
+        memory=reference_memory,
         traceable=True,
     ),
-]
+]:
+    BACKENDS.register(_backend.name)(_backend)
 
 
 def backend_named(name: str) -> Backend:
-    """The registered backend called ``name``."""
-    for backend in BACKENDS:
+    """The registered backend called ``name``; ``ValueError`` listing the valid names if none."""
+    if not isinstance(name, str):
+        raise TypeError(f"a backend is named by a string, got {type(name).__name__}")
+    for backend in BACKENDS.values():
         if backend.name == name:
             return backend
-    valid = ", ".join(b.name for b in BACKENDS)
+    valid = ", ".join(BACKENDS.names())
     raise ValueError(f"unknown backend {name!r}; expected one of: {valid}")
 
 
-def choose_backend(call: AttentionCall, backend: str | None = None) -> Backend:
-    """The backend that runs ``call``: ``backend`` if it can, else the first that fits."""
+# --- the backend scope ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Scope:
+    allowed: tuple[Backend, ...] | None  # None: every backend
+    budget: int | None  # bytes; None: the default budget (memory.py)
+
+
+_SCOPE: ContextVar[_Scope | None] = ContextVar("attnkit_backends", default=None)
+# Scopes open in any context of the process. A plain global, read before the ContextVar: while it
+# is 0 no context has a scope, and ``torch.compile`` (which cannot trace ContextVar.get) guards on
+# its value, so code compiled with no scope open is recompiled when one opens (as in hooks.py).
+_OPEN_SCOPES = 0
+_OPEN_LOCK = threading.Lock()
+
+
+@contextmanager
+def backends(*names: str, memory_budget: int | str | None = None) -> Iterator[None]:
+    """Inside this scope the engine picks only from the backends ``names``, and keeps each
+    call's predicted peak memory within ``memory_budget``.
+
+    The backends are tried in the engine's order (:data:`BACKENDS`, fastest first), whatever
+    order they are named in, and the first that does not decline a call and whose predicted peak
+    fits the budget runs it (if every one that takes the call exceeds the budget, the one
+    predicted to need least runs); when each declines, the call raises one ``ValueError`` listing
+    every named backend's reasons. ``attention(..., backend="x")`` is the scope
+    ``backends("x")`` for one call. A scope replaces what it sets of an enclosing one (the names,
+    the budget) and keeps the rest. The previous choice is restored when the scope ends (a
+    ``ContextVar``, reset in ``finally``, as ``torch.nn.attention.sdpa_kernel``), so the scope
+    belongs to this thread or asyncio task only.
+
+    Args:
+        names: backend names (``"sdpa"``, ``"dense"``, ``"flex"``, ``"tiled"``,
+            ``"sparse_rows"``, ``"chunked"``, ``"reference"``); none keeps the enclosing
+            choice (all backends outside any scope).
+        memory_budget: bytes, a size like ``"2GiB"`` or a percentage of the available memory
+            like ``"40%"``; ``None`` keeps the enclosing budget (outside any scope: the
+            environment variable ``ATTNKIT_MEMORY_BUDGET``, else half the available memory).
+
+    Yields:
+        Nothing: the choice holds inside the ``with`` block and is restored after it.
+
+    Raises:
+        ValueError: an unknown name (listing the valid ones), a bad budget, or neither names nor
+            a budget.
+
+    Example::
+
+        >>> q = torch.randn(1, 2, 5, 8)
+        >>> with ak.backends("tiled", "reference"):
+        ...     out = ak.attention(q, q, q)                      # tiled: sdpa is not allowed
+        ...     top = ak.attention(q, q, q, align="topk")        # reference: tiled runs softmax
+        >>> with ak.backends(memory_budget="4GiB"):
+        ...     out = ak.attention(q, q, q, return_weights=True)
+    """
+    global _OPEN_SCOPES
+    if not names and memory_budget is None:
+        valid = ", ".join(BACKENDS.names())
+        raise ValueError("backends() needs backend names or a memory_budget; backends: " + valid)
+    outer = _SCOPE.get() if _OPEN_SCOPES else None
+    allowed = None if outer is None else outer.allowed
+    if names:
+        named = {backend_named(name).name for name in names}
+        allowed = tuple(b for b in BACKENDS.values() if b.name in named)
+    budget = None if outer is None else outer.budget
+    if memory_budget is not None:
+        budget = parse_budget(memory_budget)
+    token = _SCOPE.set(_Scope(allowed, budget))
+    with _OPEN_LOCK:
+        _OPEN_SCOPES += 1
+    try:
+        yield
+    finally:
+        with _OPEN_LOCK:
+            _OPEN_SCOPES -= 1
+        _SCOPE.reset(token)
+
+
+def allowed_backends(backend: str | None = None) -> tuple[Backend, ...]:
+    """The backends a call may run on here, in the engine's order: ``(backend,)`` when one is
+    named for the call, else those of the innermost :func:`backends` scope, else all."""
     if backend is not None:
-        chosen = backend_named(backend)
-        reasons = chosen.reasons(call, forced=True)
-        if reasons:
-            raise ValueError(f"backend {backend!r} cannot run this call: " + "; ".join(reasons))
-        return chosen
-    for candidate in BACKENDS:
-        if not candidate.reasons(call):
-            return candidate
-    raise AssertionError("the reference backend takes every call")  # pragma: no cover
+        return (backend_named(backend),)
+    if _OPEN_SCOPES:
+        scope = _SCOPE.get()
+        if scope is not None and scope.allowed is not None:
+            return scope.allowed
+    return tuple(BACKENDS.values())
+
+
+def memory_budget(call: AttentionCall | None = None) -> int:
+    """The bytes a call may use here: the innermost :func:`backends` scope's
+    ``memory_budget``, else ``ATTNKIT_MEMORY_BUDGET``, else half the memory available on the
+    call's device (``attnkit.core.memory``)."""
+    if _OPEN_SCOPES:
+        scope = _SCOPE.get()
+        if scope is not None and scope.budget is not None:
+            return scope.budget
+    return default_budget(None if call is None else call.q.device)
+
+
+# --- the loop ------------------------------------------------------------------------------------
+
+
+def _refusal(passed: list[tuple[str, list[str]]]) -> ValueError:
+    """The one error for a call that no allowed backend runs, with every backend's reasons."""
+    if len(passed) == 1:
+        name, reasons = passed[0]
+        return ValueError(f"backend {name!r} cannot run this call: " + "; ".join(reasons))
+    parts = " ".join(f"[{name}] " + "; ".join(reasons) + "." for name, reasons in passed)
+    names = ", ".join(name for name, _ in passed)
+    return ValueError(f"no backend allowed here ({names}) can run this call: {parts}")
+
+
+def _first(
+    call: AttentionCall,
+    candidates: tuple[Backend, ...],
+    forced: bool,
+    passed: list[tuple[str, list[str]]],
+    after: int = -1,
+) -> Backend:
+    """The first of ``candidates`` past index ``after`` that does not decline ``call`` and whose
+    predicted peak memory fits the budget; the reasons of those passed over are appended to
+    ``passed``. When every one that takes the call exceeds the budget, the one predicted to need
+    least; raises when every one declines."""
+    budget: int | None = None
+    over: list[tuple[int, Backend]] = []
+    for candidate in candidates[after + 1 :]:
+        reasons = candidate.decline(call, forced)
+        if reasons is None:
+            if torch.compiler.is_compiling():  # only the traceable reference takes the call
+                return candidate
+            peak = candidate.peak_memory(call)
+            if peak <= SMALL:  # no need to ask how much memory is free
+                return candidate
+            budget = memory_budget(call) if budget is None else budget
+            if peak <= budget:
+                return candidate
+            reasons = [
+                f"its predicted peak memory {format_bytes(peak)} exceeds the budget "
+                f"{format_bytes(budget)}"
+            ]
+            over.append((peak, candidate))
+        passed.append((candidate.name, reasons))
+    if over:  # each exceeds the budget: the least hungry runs
+        smallest = min(over, key=lambda item: item[0])[1]
+        passed[:] = [entry for entry in passed if entry[0] != smallest.name]
+        return smallest
+    raise _refusal(passed)
+
+
+def _run_from(
+    call: AttentionCall,
+    candidates: tuple[Backend, ...],
+    forced: bool,
+    chosen: Backend,
+    passed: list[tuple[str, list[str]]],
+) -> tuple[Backend, AttentionOutput]:
+    """Run ``call`` on ``chosen``; while the backend that runs declines (``Declined``), on the
+    next of ``candidates`` that does not decline it. ``(the backend that computed, output)``."""
+    while True:
+        out = chosen.run(call)
+        if not isinstance(out, Declined):
+            return chosen, out
+        passed.append((chosen.name, list(out.reasons)))
+        index = next((i for i, b in enumerate(candidates) if b is chosen), len(candidates))
+        chosen = _first(call, candidates, forced, passed, index)
+
+
+def choose_backend(call: AttentionCall, backend: str | None = None) -> Backend:
+    """The backend the engine picks for ``call``: the first allowed one (``backend`` if
+    given) that does not decline it. Raises ``ValueError`` with every reason when none fits."""
+    candidates = allowed_backends(backend)
+    return _first(call, candidates, len(candidates) == 1, [])
+
+
+def compute(
+    call: AttentionCall, backend: str | None = None, chosen: Backend | None = None
+) -> tuple[Backend, AttentionOutput]:
+    """Compute ``call`` on the allowed backends (``backend`` if given): from ``chosen`` if
+    given (the engine already picked it: its declaration is not asked again), else from the
+    first that does not decline. Returns the backend that computed the output, and the output
+    (in canonical 4-D form)."""
+    candidates = allowed_backends(backend)
+    forced = len(candidates) == 1
+    passed: list[tuple[str, list[str]]] = []
+    if chosen is None:
+        chosen = _first(call, candidates, forced, passed)
+    return _run_from(call, candidates, forced, chosen, passed)
 
 
 def backend_reasons(call: AttentionCall) -> list[tuple[str, list[str]]]:
-    """For each backend in order, the reasons it cannot run ``call`` (empty list = it can)."""
-    return [(b.name, b.reasons(call)) for b in BACKENDS]
+    """For each backend in order, the reasons it declines ``call`` (empty list = it runs it)."""
+    return [(b.name, b.decline(call) or []) for b in BACKENDS.values()]
 
 
 def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
     """Which backend :func:`attention` would run for these arguments, and why each backend before
-    it was passed over. Takes exactly the arguments of :func:`attention`; computes nothing (tensors
-    on the ``meta`` device are fine).
+    it was passed over. Takes exactly the arguments of :func:`attention`, and honours the
+    :func:`backends` scope it is called in; computes no attention.
+
+    On real tensors the reasons read from the values are checked too (NaN, infinities, scores
+    that may overflow), so the backend named is the one that computes the call. On the ``meta``
+    device (no values) the inputs are taken to be finite. Only a backend that declines while
+    running (a kernel that fails to compile, or a compiled kernel giving a non-finite result)
+    can make another compute the call; a kernel that failed once is declined here from then on.
 
     Args:
-        q: queries ``[B, H, M, d_q]`` (or ``[B, M, d_q]``).
-        k: keys ``[B, H, N, d_k]`` (or ``[B, N, d_k]``).
-        v: values ``[B, H, N, d_v]`` (or ``[B, N, d_v]``).
+        q: queries ``[B, H, M, D]`` (or ``[B, M, D]``).
+        k: keys ``[B, H, N, D]`` (or ``[B, N, D]``).
+        v: values ``[B, H, N, Dv]`` (or ``[B, N, Dv]``).
         **options: the keyword arguments of :func:`attention` (``score``, ``align``, ``mask``,
             ``return_weights``, ``backend``, ...).
 
@@ -251,17 +375,30 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
     """
     backend = options.pop("backend", None)
     call = prepare(q, k, v, **options)
-    chosen = choose_backend(call, backend)
+    candidates = allowed_backends(backend)
+    passed: list[tuple[str, list[str]]] = []
+    chosen = _first(call, candidates, len(candidates) == 1, passed)
     b, h, m, n = call.shape
+    peaks = {x.name: format_bytes(x.peak_memory(call)) for x in candidates}
+    width = max(len(text) for text in peaks.values())
     lines = [
         f"attention over B={b} H={h} M={m} N={n}, d_q={call.q.shape[-1]}, d_v={call.v.shape[-1]}, "
         f"{call.q.dtype}, score={call.score.registry_name}, align={call.align.registry_name}",
         f"runs on: {chosen.name} — {chosen.description}",
     ]
-    for name, reasons in backend_reasons(call):
-        if name == chosen.name:
-            break
+    outside = [other.name for other in BACKENDS.values() if other not in candidates]
+    if outside:
+        lines.append("  not allowed here (backends scope or backend=): " + ", ".join(outside))
+    for name, reasons in passed:
         lines.append(f"  passed over {name}: " + "; ".join(reasons))
+    passes = "forward + backward" if needs_gradients(call) else "forward"
+    lines.append(
+        f"predicted peak memory ({passes}; budget {format_bytes(memory_budget(call))}), in the "
+        "order tried:"
+    )
+    for name, peak in peaks.items():
+        mark = "runs" if name == chosen.name else ""
+        lines.append(f"  {name:<12}{peak:>{width}}  {mark}".rstrip())
     return "\n".join(lines)
 
 
@@ -331,7 +468,8 @@ def attention(
             after dropout (zeroed and rescaled by ``1 / (1 - dropout)``: the ones that
             multiplied ``v``), as ``torch.nn.MultiheadAttention`` does; default: before dropout.
             Computed on the materialised paths (one ``F.dropout`` over the whole weights).
-        backend: force a backend (``"sdpa"``, ``"reference"``); raises if it cannot run the call.
+        backend: run on this backend only (``"sdpa"``, ``"reference"``, ...): the scope
+            :func:`backends` for this one call; raises with its reasons if it declines the call.
 
     Returns:
         :class:`AttentionOutput` with ``context [B, H, M, d_v]`` (3-D in, 3-D out), and
@@ -378,7 +516,10 @@ def attention(
         summary=summary,
         weights_after_dropout=weights_after_dropout,
     )
-    chosen = choose_backend(call, backend)
+    candidates = allowed_backends(backend)
+    forced = len(candidates) == 1
+    passed: list[tuple[str, list[str]]] = []
+    chosen = _first(call, candidates, forced, passed)
     if observed():  # hooks watch this context (attnkit.core.hooks): they compute the call
-        return _to_user_shapes(call, run_hooked(call, chosen, choose_backend))
-    return _to_user_shapes(call, chosen.run(call))
+        return _to_user_shapes(call, run_hooked(call, chosen, compute, backend))
+    return _to_user_shapes(call, _run_from(call, candidates, forced, chosen, passed)[1])

@@ -14,25 +14,29 @@ that form:
   query blocks at a time, never a ``[B, H, M, N]`` tensor), so blocks with no admissible key are
   skipped and blocks where every key is admissible never evaluate it.
 
-Equivalent reference (the tiled path, ``tiled.py``, is the fallback and what the tests compare
-both against)::
+Equivalent reference (the tiled path, ``tiled.py``, runs what this backend declines; the tests
+compare both against the formula)::
 
     s = score_mod(act(scale · q' k'ᵀ) + bias); s[~mask] = -inf     # act only for activated general
     O = softmax(s) v                                               # rows with no key: O = 0
 
-Not here (the tiled path runs them): calls that need gradients (FlexAttention has no CPU
+Declined (the engine runs them on the next backend, ``tiled``): calls that need gradients (FlexAttention has no CPU
 backward), weights, lse, summaries, dropout, other alignments, the additive, location and
 euclidean scores (the euclidean score's dot-product form ``|q|² + |k|² - 2 q·k`` loses the small
 distances to cancellation, ``scores.py``), float64 (FlexAttention's CPU kernel has none), and calls
 with fewer than ``MIN_SCORES`` scores: compiling a kernel takes seconds (tens of seconds on a busy
-machine), more than such a call takes on the tiled path. A non-finite input, or a non-finite
-output (a ``score_mod`` giving ``+inf``), sends the call to the tiled path, which defines them.
+machine), more than such a call takes on the tiled path; and (``nonfinite=False``) inputs that
+are not finite or scores that may overflow. A non-finite output (a ``score_mod`` giving ``+inf``)
+is known only after running: the backend then returns ``Declined`` and the engine computes the
+call on the next backend, which defines it. So do calls on ``meta`` tensors (no kernel runs
+there).
 
 Compiled once per process (``torch.compile(..., dynamic=False)`` of one function, imported on first
 use so ``import attnkit`` never loads inductor); each new shape, dtype or mod compiles a new kernel,
 and at most ``MAX_KERNELS`` are compiled (dynamo's recompile limit: beyond it dynamo would run
-FlexAttention eagerly, materialising the scores), after which new kinds of call stay tiled. A call
-whose compilation fails warns once and is remembered, and runs tiled.
+FlexAttention eagerly, materialising the scores), after which new kinds of call are declined. A
+call whose compilation fails warns once, is declined (``Declined``: the engine moves on), and is
+remembered, so ``flex_limits`` declines that kind of call from then on.
 """
 
 from __future__ import annotations
@@ -46,12 +50,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from attnkit.core.backend import Declined
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.captured import reads_tensors_requiring_grad
+from attnkit.core.checks import check_score_mod
 from attnkit.core.masks import MaskMod, ScoreMod
+from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.reference import score_features
 from attnkit.core.scores import ActivatedGeneral, Score
-from attnkit.core.tiled import tiled_attention
 
 #: calls with fewer scores (B·H·M·N) stay on the tiled path: 1 × 8 × 2048 × 2048. At this size a
 #: tiled forward takes about 0.3 s on one CPU thread, a compile several seconds (once per shape)
@@ -294,16 +300,19 @@ def _remember(table: OrderedDict, key: Hashable, value: Any, limit: int) -> None
         table.popitem(last=False)
 
 
-def flex_attention_forward(call: AttentionCall) -> AttentionOutput:
-    """Run ``call`` through compiled FlexAttention (see the module docstring)."""
-    if not call.finite or call.q.device.type == "meta":
-        return tiled_attention(call)  # NaN/inf semantics are attnkit's (tiled defines them)
+def flex_attention_forward(call: AttentionCall) -> AttentionOutput | Declined:
+    """Run ``call`` through compiled FlexAttention (see the module docstring); ``Declined``
+    when the kernel cannot be compiled or gives a result attnkit defines otherwise."""
+    if call.q.device.type == "meta":
+        return Declined(("tensors on 'meta' have no values for a compiled kernel to run on",))
     key = kernel_key(call)
     q, k = score_features(call, call.q, call.k)  # e.g. W q of the general score
     scale = call.score.resolve_scale(call.scale, call.k.shape[-1])
     if _activation(call.score) is not None or scale is None:
         scale = 1.0  # the activated score scales after its activation (in the score_mod)
     mask_mod = kernel_mask_mod(call)
+    if call.score_mod is not None:  # inside the kernel a wrong result is traced, not refused
+        check_score_mod(call.score_mod, call.q, call.shape)
     try:
         context = compiled_flex()(
             q.to(call.v.dtype),
@@ -313,17 +322,37 @@ def flex_attention_forward(call: AttentionCall) -> AttentionOutput:
             kernel_block_mask(call, mask_mod),
             float(scale),
         )
-    except Exception as error:  # inductor or the mods could not compile: the tiled path can
+    except Exception as error:  # inductor or the mods could not compile: another backend can
         reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
         _remember(_failed, key, reason, 64)
         warnings.warn(
             f"attnkit: compiled FlexAttention failed ({reason}); this kind of call runs on the "
-            "tiled path from now on",
+            "next backend (tiled) from now on",
             RuntimeWarning,
             stacklevel=2,
         )
-        return tiled_attention(call)
+        return Declined((f"compiling FlexAttention for this kind of call failed: {reason}",))
     _kernels[key] = None
     if not bool(torch.isfinite(context).all()):
-        return tiled_attention(call)  # e.g. a +inf score: attnkit shares the row among them
+        # e.g. a +inf score: attnkit shares the row among the +inf keys, the kernel gives NaN
+        return Declined(("the compiled kernel's context is not finite (a score was ±inf)",))
     return AttentionOutput(context=context)
+
+
+def flex_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`flex_attention_forward` (see ``memory.py``; forward only:
+    the backend declines calls that need gradients): the context and the log-sum-exp the kernel
+    returns, the ``BlockMask``'s tables (a few ints per tile) and, while it is built, one row of
+    query blocks of the bool mask ``[B, H, Q_BLOCK, N]``."""
+    z = sizes(call)
+    _, _, m, n = call.shape
+    tiles = -(-m // Q_BLOCK) * -(-n // MASKED_KV_BLOCK)
+    masked = call.mask is not None or call.causal or call.mask_mod is not None
+    mask_rows = z.b * z.h * Q_BLOCK * n * 2 if masked else 0
+    return (
+        feature_bytes(call)
+        + (z.context + z.rows) * z.item
+        + z.rows * 4
+        + 4 * tiles * 4 * (z.b * z.h if masked else 1)
+        + mask_rows
+    )

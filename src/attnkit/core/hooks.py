@@ -15,7 +15,7 @@ A hook is any callable ``hook(call, module, run) -> AttentionOutput``:
   when the call was made, or ``None`` for a scope without a model;
 * ``run(call, backend=None)``: computes a call — the same one, or a changed one (e.g. asking for
   its weights) — through the hooks entered before this one and then the engine's backend.
-  ``run.chosen`` is the backend the engine picked for the call as it was made.
+  ``run.chosen`` is the backend that computes the call as it was made (see :class:`Run`).
 
 The hook returns the output the caller receives. Recording (:func:`attnkit.interpret.record`),
 ablation (:func:`attnkit.evaluate.ablate`), head importance and adversarial attention are hooks;
@@ -42,14 +42,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from torch import nn
 
+from attnkit.core.backend import Backend
 from attnkit.core.call import AttentionCall, AttentionOutput
-
-if TYPE_CHECKING:
-    from attnkit.core.engine import Backend
+from attnkit.core.checks import checked_output
 
 #: which modules a scope watches: ``None`` (all), names / ``fnmatch`` patterns of
 #: ``model.named_modules()``, or a predicate ``fn(name, module) -> bool``.
@@ -58,11 +57,14 @@ ModuleSelection = Iterable[str] | Callable[[str, nn.Module], bool] | None
 
 class Run(Protocol):
     """Computes an attention call: through the hooks entered earlier, then a backend
-    (``backend`` if given, else the engine's choice).
+    (``backend`` if given, else the engine's choice among the backends allowed here).
 
-    ``chosen`` is the backend the engine picked for the call as it was made; the same call with
-    only ``return_weights`` changed runs on it too when it can return weights (same arithmetic,
-    and one draw of any sampling).
+    ``chosen`` is the backend that computes the call as it was made: before ``run`` computes
+    it, the engine's pick (the first allowed backend that does not decline it); after, the one
+    that did compute it — the same unless the pick declined only while running (a kernel that
+    failed to compile), when the next backend computed it. The same call with only
+    ``return_weights`` changed runs on it too when it can return weights (same arithmetic, and
+    one draw of any sampling).
     """
 
     chosen: Backend
@@ -251,33 +253,61 @@ def _pop(scope: _Scope) -> Callable[[nn.Module, Any, Any], None]:
     return pop
 
 
-class _Runner:
-    """A :class:`Run`: ``fn`` with the engine's chosen backend attached."""
+class _Choice:
+    """The backend computing one engine call, shared by every ``run`` of its hook chain."""
 
-    def __init__(self, fn: Callable[[AttentionCall, str | None], AttentionOutput], chosen: Backend):
-        self.fn, self.chosen = fn, chosen
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+
+class _Runner:
+    """A :class:`Run`: ``fn`` with the backend computing the engine's call attached."""
+
+    def __init__(
+        self, fn: Callable[[AttentionCall, str | None], AttentionOutput], choice: _Choice
+    ) -> None:
+        self.fn, self.choice = fn, choice
+
+    @property
+    def chosen(self) -> Backend:
+        return self.choice.backend
 
     def __call__(self, call: AttentionCall, backend: str | None = None) -> AttentionOutput:
         return self.fn(call, backend)
 
 
+#: the engine's side: ``compute(call, backend, start)`` computes ``call`` on the backends
+#: allowed for it (``backend`` if given), from ``start`` if given, and returns the backend
+#: that computed it with the output
+Compute = Callable[
+    [AttentionCall, "str | None", "Backend | None"], "tuple[Backend, AttentionOutput]"
+]
+
+
 def run_hooked(
-    call: AttentionCall,
-    chosen: Backend,
-    choose: Callable[[AttentionCall, str | None], Backend],
+    call: AttentionCall, chosen: Backend, compute: Compute, backend: str | None = None
 ) -> AttentionOutput:
     """Compute ``call`` through the active hooks (the engine's side of this module).
 
-    ``chosen`` is the backend the engine picked for ``call``; ``choose(call, backend)`` picks
-    one for any other call a hook makes.
+    ``chosen`` is the backend the engine picked for ``call`` among those allowed for it
+    (``backend``, the caller's ``backend=``, if given); ``compute`` computes any call a hook
+    makes.
     """
+    choice = _Choice(chosen)
 
-    def base(c: AttentionCall, backend: str | None = None) -> AttentionOutput:
-        if backend is None and (c is call or (chosen.weights and _same_but_weights(c, call))):
-            return chosen.run(c)  # the user's backend (forced or chosen), same arithmetic
-        return choose(c, backend).run(c)
+    def base(c: AttentionCall, asked: str | None = None) -> AttentionOutput:
+        if asked is None and c is call:
+            ran, out = compute(c, backend, choice.backend)
+            choice.backend = ran  # another if the pick declined while running
+            return out
+        if asked is None and _same_but_weights(c, call):
+            # on the user's backend when it takes the change: same arithmetic, same draws (its
+            # values passed its checks with the call as made; a preference does not count here)
+            if not choice.backend.reasons(c, forced=True):
+                return compute(c, backend, choice.backend)[1]
+        return compute(c, asked, None)[1]
 
-    run = _Runner(base, chosen)
+    run = _Runner(base, choice)
     running = _RUNNING.get()
     for scope in _SCOPES.get():  # entered first = innermost
         if scope.names is None:
@@ -298,9 +328,9 @@ def _bind(hook: AttentionHook, name: str | None, inner: _Runner) -> _Runner:
             # autograd graph) holds for the calls this hook makes too
             return inner(c2, backend2 if backend2 is not None else backend)
 
-        return hook(c, name, _Runner(forward, inner.chosen))
+        return checked_output(hook(c, name, _Runner(forward, inner.choice)), hook)
 
-    return _Runner(run, inner.chosen)
+    return _Runner(run, inner.choice)
 
 
 def _same_but_weights(a: AttentionCall, b: AttentionCall) -> bool:

@@ -18,14 +18,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnkit.core.align import Softmax
-from attnkit.core.call import AttentionCall, AttentionOutput, known_values
+from attnkit.core.call import AttentionCall, AttentionOutput, compute_dtype, known_values
+from attnkit.core.checks import checked_scores
 from attnkit.core.masks import index_grids
+from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.summary import summarize
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Scores and alignments of half-precision inputs are computed in float32."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def module_dtype(module: torch.nn.Module, default: torch.dtype) -> torch.dtype:
@@ -60,7 +57,8 @@ def call_scores(
         e = e + (bias.unsqueeze(-1) if multi else bias).to(e.dtype)
     if call.score_mod is not None:
         b, h = call.shape[:2]
-        e = call.score_mod(e, *index_grids(b, h, m, n, qf.device, int(multi), q_offset, kv_offset))
+        grids = index_grids(b, h, m, n, qf.device, int(multi), q_offset, kv_offset)
+        e = checked_scores(call.score_mod(e, *grids), e, call.shape)
     return e
 
 
@@ -204,3 +202,52 @@ def _keyless(call: AttentionCall, e: Tensor, v: Tensor) -> AttentionOutput:
 def reference_attention(call: AttentionCall) -> AttentionOutput:
     """All query rows at once: the survey's general attention module, materialised."""
     return attend_rows(call)
+
+
+#: live ``[B, H, rows, N]`` tensors at the peak of the materialised formula for each alignment,
+#: counted in score tensors (the scores, the masked scores, the weights and each alignment's own
+#: temporaries: the sort of sparsemax and 1.5-entmax, top-k's threshold, the window of the local
+#: ones): ``(forward, forward + backward, forward + backward of a checkpointed block)`` (the
+#: last for the chunked backend; measured with tests/core/test_memory.py's tally)
+ALIGN_TENSORS: dict[str, tuple[float, float, float]] = {
+    "softmax": (3.0, 7.0, 10.0),
+    "sparsemax": (8.3, 8.8, 8.6),
+    "entmax15": (13.0, 13.5, 13.4),
+    "topk": (4.3, 6.5, 6.1),
+    "hard": (6.0, 7.0, 7.0),
+    "local_monotonic": (4.1, 6.3, 6.3),
+}
+#: for an alignment not in the table
+OTHER_ALIGN_TENSORS = (8.0, 10.0, 10.0)
+
+
+def rows_memory(call: AttentionCall, rows: int, backward: bool, checkpointed: bool = False) -> int:
+    """Predicted peak bytes of :func:`attend_rows` over ``rows`` query rows: the alignment's
+    score tensors (:data:`ALIGN_TENSORS`; ``checkpointed``: the block is recomputed in the
+    backward pass), or, for a score that holds several numbers per score (the additive score's
+    ``d_w``), its hidden ``[B, H, rows, N, d_w]`` and activation, whichever is larger; one more
+    score tensor for a mask or dropout and (backward) for the weights."""
+    z = sizes(call)
+    per_score = z.b * z.h * rows * z.n * (call.score.value_features or 1) * z.compute
+    forward, both, again = ALIGN_TENSORS.get(call.align.registry_name, OTHER_ALIGN_TENSORS)
+    both = again if checkpointed else both
+    masked = call.mask is not None or call.causal or call.mask_mod is not None
+    forward += float(masked) + float(call.dropout > 0)
+    both += float(call.return_weights) + 0.5 * float(masked)
+    hidden = call.score.elements_per_score
+    if hidden > 1:  # the pairwise hidden units and their activation
+        forward = max(forward, 2.0 * hidden)
+        both = max(both, 3.0 * hidden + 1.0)
+    return int((both if backward else forward) * per_score)
+
+
+def reference_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`reference_attention` (see ``memory.py``): every query
+    row at once (:func:`rows_memory`), the features and the context; the backward adds the
+    gradients of ``q``, ``k``, ``v``."""
+    z = sizes(call)
+    context = z.context * z.compute
+    total = rows_memory(call, z.m, backward) + feature_bytes(call) + context
+    if backward:
+        total += context
+    return total

@@ -75,6 +75,11 @@ class Registry(Generic[T]):
         """Canonical names, in registration order (aliases excluded)."""
         return list(self._entries)
 
+    def values(self) -> list[Any]:
+        """The entries, in registration order (for a registry whose order matters, e.g. the
+        backends the engine tries first)."""
+        return list(self._entries.values())
+
     def aliases(self) -> dict[str, str]:
         """Alias → canonical name."""
         return dict(self._aliases)
@@ -82,8 +87,9 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self._entries or name in self._aliases)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
+    def __iter__(self) -> Iterator[Any]:
+        """The entries, in registration order (``names()`` gives their names)."""
+        return iter(self.values())
 
     def __len__(self) -> int:
         return len(self._entries)

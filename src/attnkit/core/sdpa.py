@@ -11,38 +11,19 @@ kernel's ``is_causal`` fast path is used.
 
 Non-finite numbers: the fused kernels define nothing for them (the CPU kernel returns a zero row
 for some queries holding a NaN, and a NaN row for others, depending on where the NaN sits in its
-vector lanes). So the kernel only runs when the inputs are finite and no score can overflow
-(``|s| <= scale · d · max|q'| · max|k'| + max|bias|``, checked on the inputs: O(input), never
-on the ``[B, H, M, N]`` scores); otherwise the call is computed by the tiled algorithm, which
-gives attnkit's documented semantics for NaN and infinities, the same as every other backend.
+vector lanes). So the backend declares ``nonfinite=False``: it declines calls whose inputs are not
+finite or whose scores may overflow (``backend.overflow_reasons``: O(input), never the
+``[B, H, M, N]`` scores), and the engine runs them on the next backend (``tiled``), which gives
+attnkit's documented semantics for NaN and infinities.
 """
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
-from torch import Tensor
 
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.reference import compute_dtype, score_features
-from attnkit.core.tiled import tiled_attention
-
-
-def scores_stay_finite(call: AttentionCall, q: Tensor, k: Tensor, scale: float) -> bool:
-    """Whether every score of ``q`` and ``k`` (features) is surely finite: all inputs finite
-    and the Cauchy-Schwarz-style bound on ``|scale · q'·k' + bias|`` below the dtype's max."""
-    if not call.finite:
-        return False
-    if q.device.type == "meta" or not (q.numel() and k.numel()):
-        return True
-    tensors = [q, k] if call.bias is None or not call.bias.numel() else [q, k, call.bias]
-    # max |x| from one min/max pass (aminmax reads the tensor once; vector_norm(inf) is ~20x
-    # slower on the CPU); NaN and inf come out as NaN and inf, which fail the bound below
-    parts = [torch.stack(torch.aminmax(t.detach())).abs().amax() for t in tensors]
-    largest = torch.stack([t.to(torch.float64) for t in parts]).tolist()
-    bound = abs(scale) * q.shape[-1] * largest[0] * largest[1] + sum(largest[2:])
-    limit = torch.finfo(compute_dtype(call.v.dtype)).max / 4
-    return bound < limit  # False for NaN and inf
+from attnkit.core.memory import feature_bytes, mask_bytes, mask_elements, sizes
+from attnkit.core.reference import score_features
 
 
 def sdpa_attention(call: AttentionCall) -> AttentionOutput:
@@ -50,8 +31,6 @@ def sdpa_attention(call: AttentionCall) -> AttentionOutput:
     q, k = score_features(call, call.q, call.k)  # e.g. W q of the general score, under autograd
     scale = call.score.resolve_scale(call.scale, call.k.shape[-1])
     scale = 1.0 if scale is None else scale  # SDPA's own default would be 1/sqrt(d)
-    if not scores_stay_finite(call, q, k, scale):
-        return tiled_attention(call)  # NaN/inf semantics the fused kernels do not define
     _, _, m, n = call.shape
     # Square causal: the kernel's own flag (top-left = bottom-right when M == N) skips blocks.
     is_causal = call.only_causal and m == n
@@ -69,3 +48,22 @@ def sdpa_attention(call: AttentionCall) -> AttentionOutput:
         scale=scale,
     )
     return AttentionOutput(context=context)
+
+
+def sdpa_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`sdpa_attention` (see ``memory.py``). PyTorch's fused
+    kernel (equal query and value feature sizes, no dropout) holds the context and the
+    log-sum-exp ``[B, H, M]``, and its backward the gradients of ``q``, ``k``, ``v`` and of the
+    context; otherwise PyTorch's materialised path holds 2 ``[B, H, M, N]`` tensors (3 in the
+    backward; one more with dropout). A mask passed to the kernel is converted to floats."""
+    z = sizes(call)
+    _, _, m, n = call.shape
+    extra = feature_bytes(call)
+    if not (call.only_causal and m == n):  # else the kernel's own causal flag: no mask
+        extra += mask_bytes(call) + mask_elements(call) * z.item
+    io = (z.queries + z.keys + z.values + z.context) * z.item
+    if z.dq == z.dv and call.dropout == 0:
+        forward = z.context * z.item + z.rows * 4
+        return extra + (forward + io if backward else forward)
+    tensors = (3 if backward else 2) + (call.dropout > 0)
+    return extra + tensors * z.scores * z.item + (io if backward else z.context * z.item)

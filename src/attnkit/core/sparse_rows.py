@@ -33,9 +33,12 @@ Equivalent reference (see ``reference.py``; ``align.Sparsemax``, ``align.Entmax1
     s = scale · q' k'ᵀ + bias; s[~mask] = -inf
     a = sparsemax(s) or entmax15(s); c = a @ v
 
-Non-finite numbers (a ``+inf`` or NaN score, non-finite inputs) and everything this backend does
-not declare (weights, dropout, summaries, a ``score_mod``, a float mask that needs a gradient)
-are computed by the ``chunked`` backend, which defines their results (docs/reliability.md).
+The backend declines (and the engine runs on the next backend, ``chunked``, which defines their
+results, docs/reliability.md) what it does not declare — weights, dropout, summaries, a
+``score_mod`` — and (:func:`sparse_rows_limits`) a float mask that needs a gradient and empty
+calls; with ``nonfinite=False``, inputs that are not finite and scores that may overflow
+(``backend.overflow_reasons``). On ``meta`` tensors, whose thresholds cannot be found without
+values, its run returns ``Declined``.
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ import torch
 from torch import Tensor
 
 from attnkit.core.align import Entmax15
+from attnkit.core.backend import Declined
 from attnkit.core.call import AttentionCall, AttentionOutput
-from attnkit.core.chunked import chunked_attention
+from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.reference import compute_dtype, score_features
 
 #: numbers in one block's score tensor [B, H, rows, N]
@@ -239,32 +243,53 @@ class SparseRowsFunction(torch.autograd.Function):
         )
 
 
-def _scores_surely_finite(call: AttentionCall, qf: Tensor, kf: Tensor, scale: float) -> bool:
-    """Whether no score can overflow: ``|scale · q'·k' + bias| <= |scale| · d · max|q'| ·
-    max|k'| + max|bias|`` below the dtype's largest number (checked on the inputs, O(input))."""
-    tensors = [qf, kf] if call.bias is None or not call.bias.numel() else [qf, kf, call.bias]
-    parts = [torch.stack(torch.aminmax(t.detach())).abs().amax() for t in tensors]
-    largest = torch.stack([t.to(torch.float64) for t in parts]).tolist()
-    bound = abs(scale) * qf.shape[-1] * largest[0] * largest[1] + sum(largest[2:])
-    return bound < torch.finfo(qf.dtype).max / 4  # False for NaN and inf
+def divisor(call: AttentionCall) -> float:
+    """``t`` of ``x = s / t``: 2 for 1.5-entmax, 1 for sparsemax."""
+    return 2.0 if isinstance(call.align, Entmax15) else 1.0
 
 
-def sparse_rows_attention(call: AttentionCall) -> AttentionOutput:
+def sparse_rows_limits(call: AttentionCall) -> list[str]:
+    """Why the ``sparse_rows`` backend passes over ``call``, beyond its declared capabilities."""
+    why = []
+    if call.bias is not None and call.bias.requires_grad:
+        why.append("the float mask needs a gradient (the backward computes none for it)")
+    b, h, m, n = call.shape
+    if b * h * m * n * call.v.shape[-1] == 0:
+        why.append("the call is empty (B·H·M·N·Dv = 0)")
+    return why
+
+
+def sparse_rows_attention(call: AttentionCall) -> AttentionOutput | Declined:
     """Run ``call`` (sparsemax or 1.5-entmax of a dot-product score) by blocks of query rows,
     backward from the saved thresholds (see the module docstring)."""
+    if call.q.device.type == "meta":
+        return Declined(("tensors on 'meta' have no values to find the thresholds from",))
     b, h, m, n = call.shape
-    bias_needs_grad = call.bias is not None and call.bias.requires_grad
-    empty = b * h * m * n * call.v.shape[-1] == 0
-    if not call.finite or empty or bias_needs_grad or call.q.device.type == "meta":
-        return chunked_attention(call)  # the defined limits for non-finite numbers, empty rows
     qf, kf = score_features(call, call.q, call.k)  # e.g. W q of the general score, autograd
     factor = call.score.resolve_scale(call.scale, call.k.shape[-1])
     scale = 1.0 if factor is None else factor
-    if not _scores_surely_finite(call, qf, kf, scale):
-        return chunked_attention(call)  # a score may overflow to ±inf: chunked defines that
-    divisor = 2.0 if isinstance(call.align, Entmax15) else 1.0
     rows = max(1, min(m, ROW_BLOCK_BUDGET // max(1, b * h * n)))
-    plan = SparsePlan(call, scale, divisor, rows)
+    plan = SparsePlan(call, scale, divisor(call), rows)
     dtype = compute_dtype(call.q.dtype)
     context = SparseRowsFunction.apply(plan, qf.to(dtype), kf.to(dtype), call.v)
     return AttentionOutput(context=context)
+
+
+def sparse_rows_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`sparse_rows_attention` (see ``memory.py``): the context,
+    two numbers per query, and the live blocks of scores ``[B, H, rows, N]`` — the block, the
+    previous one's weights and the rows being sorted (2 in a single block, 3 when blocks follow
+    each other); the backward recomputes a block's weights and their gradients (about 4.5 and
+    5.25 blocks) next to the gradients of ``q``, ``k``, ``v``."""
+    z = sizes(call)
+    rows = max(1, min(z.m, ROW_BLOCK_BUDGET // max(1, z.b * z.h * z.n)))
+    block = z.b * z.h * rows * z.n * z.compute
+    several = rows < z.m
+    fixed = feature_bytes(call) + z.context * z.compute + 2 * z.rows * z.compute
+    # 1.5-entmax's threshold keeps more of the sorted row (means, squares) than sparsemax's
+    sorting = 0.3 if several else 0.8
+    forward = fixed + int(((3 if several else 2) + sorting * (divisor(call) == 2.0)) * block)
+    if not backward:
+        return forward
+    grads = (z.queries + z.keys + z.values) * z.compute
+    return max(forward, int(fixed + grads + (5.25 if several else 4.5) * block))

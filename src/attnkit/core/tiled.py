@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from attnkit.core.align import possibly
 from attnkit.core.call import AttentionCall, AttentionOutput, known_values
 from attnkit.core.captured import captured_tensors, describe_tensor, leaf_outside
+from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.reference import call_scores, compute_dtype, score_features, weighted_values
 
 #: numbers of one block's score tensor [B, H, bq, bk] (times the score's own elements per score)
@@ -371,9 +372,45 @@ def _refuse_unreached(scores: Tensor, inputs: list[Tensor]) -> None:
         )
 
 
+def call_blocks(call: AttentionCall) -> tuple[int, int]:
+    """``(block_q, block_k)`` of ``call``: about ``BLOCK_BUDGET`` numbers per score block; with
+    ``return_weights``, blocks of whole rows when one row fits the budget."""
+    b, h, m, n = call.shape
+    cost = call.score.elements_per_score
+    if call.return_weights and b * h * n * cost <= BLOCK_BUDGET:
+        # The [M, N] weights will exist anyway: blocks of whole rows finish each row's softmax in
+        # one pass, so the weights are written as they are computed instead of recomputed. (When
+        # even one row exceeds the budget, a second pass writes them from the final lse.)
+        return max(1, min(m, BLOCK_BUDGET // max(1, b * h * n * cost))), max(n, 1)
+    return block_sizes(b * h, m, n, cost)
+
+
+def tiled_memory(call: AttentionCall, backward: bool) -> int:
+    """Predicted peak bytes of :func:`tiled_attention` (see ``memory.py``): the accumulator and
+    the context ``[B, H, M, Dv]``, the weights ``[B, H, M, N]`` if asked, and the live score
+    blocks ``[B, H, block_q, block_k]`` (times the score's own elements per score, e.g. the
+    additive score's ``d_w``): 3 in a single block, 4 when blocks follow each other (the last
+    block's probabilities live on); the backward adds the gradients of ``q``, ``k``, ``v`` and 5
+    (7) blocks of recomputed probabilities and their gradients."""
+    z = sizes(call)
+    block_q, block_k = call_blocks(call)
+    block = z.b * z.h * block_q * block_k * call.score.elements_per_score * z.compute
+    several = block_q < z.m or block_k < z.n
+    weights = z.scores * z.compute if call.return_weights else 0
+    context = z.context * z.compute
+    rows = block_q * z.b * z.h * z.dv * z.compute  # one block of rows of the context
+    fixed = feature_bytes(call) + weights
+    forward = fixed + (4 if several else 3) * block + 2 * context + rows
+    if not backward:
+        return forward
+    grads = (z.queries + z.keys + z.values) * z.compute + context
+    if call.return_weights:  # the probabilities are read from the saved weights
+        return fixed + grads + (4 if several else 3) * block + 2 * rows
+    return max(forward, fixed + grads + (7 if several else 5) * block + 2 * rows)
+
+
 def tiled_attention(call: AttentionCall) -> AttentionOutput:
     """Run ``call`` by tiles (see the module docstring)."""
-    b, h, m, n = call.shape
     # Per-vector features run here, once, under ordinary autograd; blocks see only pairwise.
     q, k = score_features(call, call.q, call.k)
     dot_scale = None
@@ -382,17 +419,10 @@ def tiled_attention(call: AttentionCall) -> AttentionOutput:
         dot_scale = 1.0 if factor is None else factor
     named = [(name, p) for name, p in call.score.named_parameters() if p.requires_grad]
     extras = [p for _, p in named]
-    cost = call.score.elements_per_score
     if call.bias is not None and call.bias.requires_grad:
         extras.append(call.bias)
     extras += [t for t in captured_tensors(call.score_mod) if all(t is not e for e in extras)]
-    block_q, block_k = block_sizes(b * h, m, n, cost)
-    if call.return_weights and b * h * n * cost <= BLOCK_BUDGET:
-        # The [M, N] weights will exist anyway: blocks of whole rows finish each row's softmax in
-        # one pass, so the weights are written as they are computed instead of recomputed. (When
-        # even one row exceeds the budget, a second pass writes them from the final lse.)
-        block_k = max(n, 1)
-        block_q = max(1, min(m, BLOCK_BUDGET // max(1, b * h * n * cost)))
+    block_q, block_k = call_blocks(call)
     seed = int(torch.randint(0, 2**62, (1,))) if call.dropout > 0 else 0
     finite_values = call.finite or call.v.device.type == "meta" or bool(call.v.isfinite().all())
     check_reads = call.score_mod is not None and torch.is_grad_enabled()

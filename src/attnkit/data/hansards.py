@@ -114,7 +114,16 @@ def normalize_training(text: str, lang: str) -> list[str]:
 def _read_lines(path: Path) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"Hansards file not found: {path}")
-    return path.read_text(encoding="utf-8").splitlines()
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise ValueError(
+            f"{path}: line {line} is not UTF-8 text (byte 0x{data[error.start]:02x} at byte "
+            f"{column} of the line); the Hansards files are UTF-8"
+        ) from None
 
 
 def _check_count(name: str, value: int | None) -> None:
@@ -134,16 +143,23 @@ def load_hansards_gold(root: str | Path) -> list[Example]:
             f"test.pharaoh {len(links)} lines"
         )
     examples = []
-    for e_line, f_line, a_line in zip(english, french, links, strict=True):
-        sure, possible = parse_pharaoh(a_line)
-        examples.append(
-            Example(
-                tuple(normalize_gold_token(t) for t in e_line.split()),
-                tuple(normalize_gold_token(t) for t in f_line.split()),
-                sure=frozenset(sure),
-                possible=frozenset(possible),
+    pharaoh = root / "gold" / "test.pharaoh"
+    for number, (e_line, f_line, a_line) in enumerate(zip(english, french, links, strict=True), 1):
+        source = tuple(normalize_gold_token(t) for t in e_line.split())
+        target = tuple(normalize_gold_token(t) for t in f_line.split())
+        try:
+            sure, possible = parse_pharaoh(a_line)
+        except ValueError as error:
+            raise ValueError(f"{pharaoh}: line {number}: {error}") from None
+        outside = sorted((i, j) for i, j in possible if i >= len(source) or j >= len(target))
+        if outside:
+            i, j = outside[0]
+            raise ValueError(
+                f"{pharaoh}: line {number}: the link {i}-{j} is outside the sentence pair "
+                f"({len(source)} English, {len(target)} French tokens; positions are 0-based, "
+                "English first)"
             )
-        )
+        examples.append(Example(source, target, sure=frozenset(sure), possible=frozenset(possible)))
     return examples
 
 

@@ -13,9 +13,11 @@ A token ``i-j`` is a *sure* link, ``i?j`` or ``ipj`` a *possible*-only one (Och 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 Links = set[tuple[int, int]]
+_POSITION = re.compile(r"[0-9]+")
 
 
 def parse_pharaoh(line: str) -> tuple[Links, Links]:
@@ -41,15 +43,13 @@ def parse_pharaoh(line: str) -> tuple[Links, Links]:
     possible: Links = set()
     for token in line.split():
         sep = next((c for c in "-?p" if c in token), None)
-        if sep is None:
-            raise ValueError(f"not a Pharaoh link (i-j, i?j or ipj): {token!r} in {line!r}")
-        left, _, right = token.partition(sep)
-        try:
-            link = (int(left), int(right))
-        except ValueError:
+        left, _, right = token.partition(sep or " ")
+        # positions are non-negative decimal integers: int() would also take "+1", "1_0", "١"
+        if sep is None or not (_POSITION.fullmatch(left) and _POSITION.fullmatch(right)):
             raise ValueError(
-                f"not a Pharaoh link (i-j, i?j or ipj): {token!r} in {line!r}"
-            ) from None
+                f"not a Pharaoh link (i-j, i?j or ipj, 0-based integer positions): {token!r}"
+            )
+        link = (int(left), int(right))
         possible.add(link)
         if sep == "-":
             sure.add(link)

@@ -3,8 +3,10 @@
 Each rank sends to ``rank + 1`` and receives from ``rank - 1`` (mod W). :meth:`Ring.shift` posts
 the non-blocking ``isend``/``irecv`` pairs and returns at once, so the caller computes on the
 block it holds while the next one travels; :meth:`Shift.wait` then returns the received tensors.
-A failed or timed-out wait (a dead or hung peer) is re-raised as a
-:class:`~attnkit.distributed.process_group.PeerFailureError` naming the ranks and the message.
+A failure of either half of a step (a dead or hung peer) is re-raised as a
+:class:`~attnkit.distributed.process_group.PeerFailureError` naming the ranks and the message:
+posting the messages fails at once when the peer's connection is already closed ("Connection
+closed by peer"), waiting for them when it closes, or times out, while they travel.
 """
 
 from __future__ import annotations
@@ -29,14 +31,7 @@ class Shift:
             for work in self.works:
                 work.wait()
         except RuntimeError as error:  # gloo/NCCL failures are RuntimeError (DistBackendError)
-            ring = self.ring
-            raise PeerFailureError(
-                f"rank {ring.rank} of {ring.world_size} (ring attention) waited for {self.what} "
-                f"from rank {ring.prev} and sent to rank {ring.next}, and the exchange failed: a "
-                "peer died, hangs, or did not answer within the process group's timeout (set it "
-                "with attnkit.distributed.init_process_group(timeout=...)). Backend error: "
-                f"{str(error).strip()[:300]}"
-            ) from error
+            raise self.ring.failure(self.what, error) from error
         return self.received
 
 
@@ -73,4 +68,19 @@ class Ring:
                 dist.P2POp(dist.isend, tensor.contiguous(), self._next_global, self.group, tag)
             )
             received.append(buffer)
-        return Shift(self, what, dist.batch_isend_irecv(ops), received)
+        try:
+            works = dist.batch_isend_irecv(ops)
+        except RuntimeError as error:  # the peer's connection closed before this step
+            raise self.failure(what, error) from error
+        return Shift(self, what, works, received)
+
+    def failure(self, what: str, error: BaseException) -> PeerFailureError:
+        """The error of a failed step of this ring: ``what`` was awaited from the previous rank,
+        ``error`` is the backend's."""
+        return PeerFailureError(
+            f"rank {self.rank} of {self.world_size} (ring attention) waited for {what} from rank "
+            f"{self.prev} and sent to rank {self.next}, and the exchange failed: a peer died, "
+            "hangs, or did not answer within the process group's timeout (set it with "
+            "attnkit.distributed.init_process_group(timeout=...)). Backend error: "
+            f"{str(error).strip()[:300]}"
+        )

@@ -8,7 +8,9 @@ For one example, search attention weights ``ã`` as different as possible from t
 If such ``ã`` exists, the attention the model happened to compute is not the only explanation of
 its output. The weights of one module are parameterised as ``ã = softmax(s)`` over the admissible
 keys and ``s`` is optimised with Adam on ``JSD - λ·max(0, TVD - ε)``; the most different
-feasible ``ã`` seen is returned.
+feasible ``ã`` seen is returned. With ``per_example=True`` every example of the batch is its own
+problem (its own JSD, its own constraint ``TVD_b <= ε``, its own best ``ã_b``), so a batch of
+examples is searched at once, as Jain & Wallace search each test instance.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ class AdversarialAttention:
         original: the model's weights ``a``.
         jsd: Jensen–Shannon divergence (base e, mean over rows) between ``a`` and ``ã``.
         tvd: total variation distance between the outputs (mean over the batch).
-        found: whether a feasible ``ã`` other than ``a`` was found.
+        found: whether a feasible ``ã`` other than ``a`` was found (for any example).
+        example_jsd: with ``per_example=True``, the JSD of each example's ``ã_b`` ``[B]``
+            (0 where none was found), else ``None``.
+        example_tvd: with ``per_example=True``, each example's output TVD ``[B]``.
+        example_found: with ``per_example=True``, bool ``[B]``.
 
     Example::
 
@@ -48,6 +54,9 @@ class AdversarialAttention:
     jsd: float
     tvd: float
     found: bool
+    example_jsd: Tensor | None = None
+    example_tvd: Tensor | None = None
+    example_found: Tensor | None = None
 
 
 def jensen_shannon(p: Tensor, q: Tensor, eps: float = 1e-12) -> Tensor:
@@ -55,7 +64,9 @@ def jensen_shannon(p: Tensor, q: Tensor, eps: float = 1e-12) -> Tensor:
     m = 0.5 * (p + q)
 
     def kl(x: Tensor) -> Tensor:
-        return (torch.xlogy(x, x) - x * m.clamp_min(eps).log()).sum(-1)
+        # clamped logs, not xlogy: a masked key has x = 0, and xlogy's gradient there is -inf,
+        # which the softmax over the admissible keys turns into NaN for every weight
+        return (x * (x.clamp_min(eps).log() - m.clamp_min(eps).log())).sum(-1)
 
     return 0.5 * kl(p) + 0.5 * kl(q)
 
@@ -82,6 +93,7 @@ def adversarial_attention(
     lr: float = 0.1,
     penalty: float = 100.0,
     seed: int = 0,
+    per_example: bool = False,
 ) -> AdversarialAttention:
     """Most different attention of ``module`` that keeps ``model``'s output within ``epsilon``.
 
@@ -94,6 +106,9 @@ def adversarial_attention(
         steps, lr: Adam iterations and step size.
         penalty: ``λ``, weight of the constraint violation.
         seed: seeds the random start.
+        per_example: one problem per example of the batch (``forward()`` must return ``[B, C]``
+            for the ``B`` of the weights): each ``ã_b`` maximises its own JSD under its own
+            ``TVD_b <= ε``; ``jsd``/``tvd`` are then the means over the examples.
 
     Returns:
         An :class:`AdversarialAttention`: ``ã``, ``a``, their JSD and the outputs' TVD.
@@ -134,6 +149,25 @@ def adversarial_attention(
     def candidate() -> Tensor:
         return scores.masked_fill(~admissible, float("-inf")).softmax(-1).nan_to_num(0.0)
 
+    if per_example:
+        if reference.dim() != 2 or reference.shape[0] != original.shape[0]:
+            raise ValueError(
+                f"per_example needs forward() -> [B, C] with B={original.shape[0]} as the weights, "
+                f"got {tuple(reference.shape)}"
+            )
+        return _search_per_example(
+            model,
+            forward,
+            module,
+            original,
+            reference,
+            candidate,
+            scores,
+            epsilon,
+            steps,
+            lr,
+            penalty,
+        )
     best, best_jsd, best_tvd = original, 0.0, 0.0
     for step in range(1, steps + 1):
         weights = candidate()
@@ -152,3 +186,57 @@ def adversarial_attention(
             step_size = lr * (1 - beta2**step) ** 0.5 / (1 - beta1**step)
             scores.sub_(step_size * moment / (second.sqrt() + 1e-8))
     return AdversarialAttention(best, original, best_jsd, best_tvd, best_jsd > 0)
+
+
+def _search_per_example(
+    model: nn.Module,
+    forward: Callable[[], Tensor],
+    module: str,
+    original: Tensor,
+    reference: Tensor,
+    candidate: Callable[[], Tensor],
+    scores: Tensor,
+    epsilon: float,
+    steps: int,
+    lr: float,
+    penalty: float,
+) -> AdversarialAttention:
+    """The search of :func:`adversarial_attention` with one problem per example: the objective is
+    the sum over examples of ``-JSD_b + λ·max(0, TVD_b - ε)``, whose gradient with respect to
+    example ``b``'s scores is that of its own problem (examples do not interact)."""
+    batch = original.shape[0]
+    best = original.clone()
+    best_jsd = torch.zeros(batch, dtype=torch.float64)
+    best_tvd = torch.zeros(batch, dtype=torch.float64)
+    moment, second = torch.zeros_like(scores), torch.zeros_like(scores)
+    beta1, beta2 = 0.9, 0.999
+    for step in range(1, steps + 1):
+        weights = candidate()
+        with ablate(model, _constant(weights), modules=[module]):
+            output = forward()
+        tvd = total_variation(output, reference)  # [B]
+        jsd = jensen_shannon(original, weights).flatten(1).mean(1)  # [B]: mean over heads, rows
+        with torch.no_grad():
+            better = (tvd <= epsilon) & (jsd > best_jsd.to(jsd.dtype))
+            if bool(better.any()):
+                best[better] = weights.detach()[better]
+                best_jsd[better] = jsd.detach()[better].double()
+                best_tvd[better] = tvd.detach()[better].double()
+        objective = (-jsd + penalty * torch.relu(tvd - epsilon)).sum()
+        (grad,) = torch.autograd.grad(objective, scores)
+        with torch.no_grad():
+            moment.mul_(beta1).add_(grad, alpha=1 - beta1)
+            second.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            step_size = lr * (1 - beta2**step) ** 0.5 / (1 - beta1**step)
+            scores.sub_(step_size * moment / (second.sqrt() + 1e-8))
+    found = best_jsd > 0
+    return AdversarialAttention(
+        best,
+        original,
+        float(best_jsd.mean()),
+        float(best_tvd.mean()),
+        bool(found.any()),
+        example_jsd=best_jsd,
+        example_tvd=best_tvd,
+        example_found=found,
+    )

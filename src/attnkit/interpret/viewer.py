@@ -189,8 +189,9 @@ def write_viewer(
     path = Path(path)
     page = render_viewer(maps, **kwargs)  # render first: bad input must not touch the disk
     directory = path.parent if str(path.parent) else Path(".")
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    temporary = None
     try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as file:
             file.write(page)
             file.flush()
@@ -200,8 +201,11 @@ def write_viewer(
         os.umask(umask)
         os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+    except BaseException as error:
+        if temporary is not None:
+            Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError):  # the page's name, never the temporary file's
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from None
         raise
     return path
 

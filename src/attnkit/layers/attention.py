@@ -3,7 +3,7 @@
 :class:`attnkit.MultiHeadAttention` is torch's drop-in (eq. 38-40). A Transformer layer sometimes
 needs to act between its projections and its attention: rotate queries and keys by their positions
 (RoPE), add a position bias to the scores (ALiBi, T5), or attend cached keys of earlier tokens.
-:func:`multi_head_attend` does that with the parameters of any ``MultiHeadAttention`` (so its
+:func:`self_attend` does that with the parameters of any ``MultiHeadAttention`` (so its
 ``state_dict`` stays torch's), and when none of it is asked for it simply calls the module.
 
     q^(j) = R(pos_q) q W_q^(j)T,  K^(j) = R(pos_k) F W_K^(j)T  (rotary: R rotates pairs of features)

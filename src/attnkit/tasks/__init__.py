@@ -11,12 +11,14 @@ final evaluation and ``attnkit eval`` use for every corpus.
 from attnkit.config import TASKS, RunConfig
 from attnkit.tasks import (  # noqa: F401  (each registers its task)
     aspect_sentiment,
+    babi,
     images,
     karate,
     memory_qa,
     movie_reviews,
     planetoid,
     rated_sentences,
+    sentence_benchmarks,
     target_sentiment,
     translation,
     translation_match,

@@ -1,4 +1,4 @@
-"""A translation model's word alignments read in each of the ways issue 21 compares, with their
+"""A translation model's word alignments read in each of the ways docs/results.md compares, with their
 alignment error rate: naive attention, Shift-Att, the alignment head, the agreement of the last
 two, and both directions symmetrized (survey §4.2; Chen et al. 2020; Garg et al. 2019; Liang et
 al. 2006; Koehn et al. 2003).

@@ -7,6 +7,13 @@ evaluation (the :class:`~attnkit.tasks.job.Job` of every corpus without a job of
 from a generator seeded with ``(seed, epoch)``, so a resumed run sees the batches an
 uninterrupted one would.
 
+A model may follow its own validations: after each one, a model with a method
+``after_validation(metrics)`` receives the metrics (MemN2N's linear start re-inserts its
+softmaxes when the validation loss stops decreasing). On the CPU the loop validates the trained
+module itself, before the checkpoint of that step, so what the method changes in the model's
+buffers is saved and a resumed run follows the uninterrupted one (under CUDA the loop validates
+a CPU copy, which such a change would not reach).
+
 The final evaluation reports accuracy and macro-F1 on the test split, and the same metrics with
 the model's attention replaced by uniform weights (survey §4.1: "the importance of the attention
 mechanism can be tested by replacing it with another mechanism and observing whether the overall
@@ -133,7 +140,14 @@ class ClassificationJob(Job):
         return {"loss": Term(count=torch.tensor(float(len(labels))), mean=mean)}
 
     def valid(self, model: nn.Module) -> dict[str, float]:
-        return classification_metrics(model, self.task, self.examples["valid"], self._eval_batch)
+        """Validation metrics; a model with a method ``after_validation(metrics)`` is then given
+        them (a training procedure that follows the validation loss: linear start)."""
+        metrics = classification_metrics(model, self.task, self.examples["valid"], self._eval_batch)
+        module = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        told = getattr(module, "after_validation", None)
+        if callable(told):
+            told(metrics)
+        return metrics
 
     def evaluate(
         self,

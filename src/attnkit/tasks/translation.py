@@ -50,6 +50,7 @@ from attnkit.evaluate.translation import (
     forced_alignment,
     translate,
 )
+from attnkit.interpret.explain import explain as explain_translation
 from attnkit.interpret.explain import slug
 from attnkit.interpret.viewer import write_viewer
 from attnkit.models import RNNSeq2Seq, TransformerSeq2Seq
@@ -623,16 +624,6 @@ class TranslationJob(Job):
             message += f", attention AER {gold['aer']:.3f} on the {gold['sentences']}-sentence Tatoeba gold"
         return message
 
-
-def _choice(scores: Mapping[str, Any]) -> str:
-    """Shift-Att's layers and heads, as ``", layer 2, head 1"``; empty for other readings."""
-    if "layers" not in scores:
-        return ""
-    layers = scores["layers"]
-    where = f"layer {layers[0]}" if len(layers) == 1 else "all layers"
-    heads = scores["heads"]
-    return f", {where}, " + ("heads averaged" if heads is None else f"head {heads[0]}")
-
     def explain(
         self,
         model: nn.Module,
@@ -672,7 +663,7 @@ def _choice(scores: Mapping[str, Any]) -> str:
             raise ValueError(f"beam_size must be a positive int or None, got {beam_size!r}")
         config, vocabularies = self.config, self.vocabularies
         beam = config.decode.beam_size if beam_size is None else beam_size
-        explanation = explain(
+        explanation = explain_translation(
             model,
             vocabularies.source,
             vocabularies.target,
@@ -703,3 +694,13 @@ def _choice(scores: Mapping[str, Any]) -> str:
         )
         path = Path(output) if output is not None else directory / f"explain-{slug(sentence)}.html"
         return write_viewer(path, explanation.maps, title=title, notes="\n".join(notes))
+
+
+def _choice(scores: Mapping[str, Any]) -> str:
+    """Shift-Att's layers and heads, as ``", layer 2, head 1"``; empty for other readings."""
+    if "layers" not in scores:
+        return ""
+    layers = scores["layers"]
+    where = f"layer {layers[0]}" if len(layers) == 1 else "all layers"
+    heads = scores["heads"]
+    return f", {where}, " + ("heads averaged" if heads is None else f"head {heads[0]}")

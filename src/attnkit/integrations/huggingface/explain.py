@@ -68,6 +68,7 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
         >>> type(model).__name__, model.config._attn_implementation
         ('BertModel', 'attnkit')
     """
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
     directory = Path(path)
@@ -76,12 +77,82 @@ def load_model(path: str | os.PathLike[str]) -> tuple[nn.Module, Any]:
             f"{directory} is not a Hugging Face model directory (no config.json)"
         )
     _refuse_shipped_code(directory)
+    _check_weights(directory)
     options = {"local_files_only": True, "trust_remote_code": False}
     config = AutoConfig.from_pretrained(directory, **options)
     auto = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModel
-    model = auto.from_pretrained(directory, attn_implementation=ATTN_IMPLEMENTATION, **options)
-    tokenizer = AutoTokenizer.from_pretrained(directory, **options)
+    try:
+        # use_safetensors: never transformers' fallback to a pickled pytorch_model.bin
+        model = auto.from_pretrained(
+            directory, attn_implementation=ATTN_IMPLEMENTATION, use_safetensors=True, **options
+        )
+    except SafetensorError as error:  # damage _check_weights cannot see from the headers
+        raise OSError(f"{directory}: its weights are damaged ({_first_line(error)})") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, **options)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise ValueError(
+            f"{directory}: its tokenizer cannot be loaded ({_first_line(error)})"
+        ) from None
+    _require_tokenizer_files(directory, tokenizer)
     return model.eval(), tokenizer
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+#: how weights are stored as a pickle, which ``torch.load`` unpickles (and a pickle can run code)
+_PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.pickle")
+_SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")
+
+
+def _check_weights(directory: Path) -> None:
+    """Refuse weights attnkit would have to unpickle, and safetensors files whose header does
+    not cover the file (a cut or extended download), naming the file.
+
+    transformers loads ``pytorch_model.bin`` with ``torch.load(weights_only=True)``, but attnkit
+    unpickles nothing at all: such a directory is refused with the way to convert it.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        named = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        named = {}  # transformers reports a damaged config itself
+    explicit = named.get("transformers_weights") if isinstance(named, dict) else None
+    pickled = sorted({p.name for pattern in _PICKLED for p in directory.glob(pattern)})
+    if isinstance(explicit, str) and not explicit.endswith((".safetensors", ".index.json")):
+        pickled = [explicit]
+    elif any((directory / name).is_file() for name in _SAFETENSORS):
+        pickled = []  # transformers loads the safetensors and never reads the pickle
+    if pickled:
+        raise ValueError(
+            f"{directory} holds its weights as a pickle ({', '.join(pickled)}); attnkit never "
+            "unpickles (a pickle can run code): convert them to model.safetensors where you "
+            "trust the file (transformers' save_pretrained writes safetensors)"
+        )
+    for file in sorted(directory.glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="pt"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise OSError(
+                f"{file}: damaged weights ({_first_line(error)}); a cut download or copy: "
+                "fetch the file again"
+            ) from None
+
+
+def _require_tokenizer_files(directory: Path, tokenizer: Any) -> None:
+    """Refuse a directory without the tokenizer's files: transformers then builds the model
+    type's tokenizer with an empty vocabulary, and every word would be ``[UNK]``."""
+    names = {"tokenizer.json", *getattr(tokenizer, "vocab_files_names", {}).values()}
+    if not any((directory / name).is_file() for name in names):
+        raise ValueError(
+            f"{directory} has no tokenizer files (one of {', '.join(sorted(names))}); save "
+            "the model's tokenizer there (tokenizer.save_pretrained) so its tokens can be shown"
+        )
 
 
 def _refuse_shipped_code(directory: Path) -> None:
@@ -247,6 +318,7 @@ def attention_maps(
     device = next(model.parameters()).device
     inputs = tokenizer(text, return_tensors="pt").to(device)
     source = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
+    _check_input(model, inputs["input_ids"][0], source)
     with torch.no_grad():
         if getattr(model.config, "is_encoder_decoder", False):
             # BERT-style tokenizers add token_type_ids, which no encoder-decoder takes
@@ -263,6 +335,51 @@ def attention_maps(
             ]
         out = model(**inputs, output_attentions=True)
     return [AttentionMap("self-attention", _stack(out.attentions), source)]
+
+
+def _check_input(model: Any, ids: Tensor, tokens: Sequence[str]) -> None:
+    """Refuse token ids the model has no embedding for (a tokenizer of another model) and an
+    input longer than the model's table of positions, before the model fails on them deep
+    inside (``index out of range in self``, ``The size of tensor a (12) must match ...``)."""
+    vocabulary = model.get_input_embeddings().num_embeddings
+    beyond = (ids >= vocabulary).nonzero().flatten().tolist()
+    if beyond:
+        i = beyond[0]
+        raise ValueError(
+            f"the tokenizer does not belong to this model: it gives {tokens[i]!r} the id "
+            f"{int(ids[i])}, and the model's vocabulary has {vocabulary} entries (ids 0 to "
+            f"{vocabulary - 1})"
+        )
+    positions = _position_table(model)
+    if positions is not None and len(ids) > positions:
+        raise ValueError(
+            f"the input is {len(ids)} tokens, longer than the model's {positions} positions; "
+            f"shorten the input to at most {positions} tokens"
+        )
+
+
+def _position_table(model: nn.Module) -> int | None:
+    """How many positions a model with a learned table of absolute positions can embed
+    (``None`` without one: relative or rotary positions have no table to run out of).
+
+    The table is an ``nn.Embedding`` named for positions (``position_embeddings``,
+    ``embed_positions``, GPT-2's ``wpe``); rows up to its ``padding_idx`` hold no position
+    (RoBERTa's start at ``padding_idx + 1``), and the configuration's limit counts too
+    (BART's table has two rows more than its ``max_position_embeddings``).
+    """
+    config = getattr(model, "config", None)
+    limits = [
+        value
+        for name in ("max_position_embeddings", "n_positions")
+        if isinstance(value := getattr(config, name, None), int) and value > 0
+    ]
+    for name, module in model.named_modules():
+        last = name.rsplit(".", 1)[-1]
+        if isinstance(module, nn.Embedding) and ("position" in last or last == "wpe"):
+            padding = module.padding_idx
+            limits.append(module.num_embeddings - (0 if padding is None else padding + 1))
+            return min(limits)
+    return None
 
 
 def _stack(layers: Sequence[Tensor | None] | None) -> Tensor:

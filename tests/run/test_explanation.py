@@ -1,0 +1,265 @@
+"""The computations of the Jain & Wallace and Wiegreffe & Pinter reproductions
+(attnkit.explanation) on tiny float64 models, each against an independent computation written
+here: Kendall's τ-b by counting pairs, the gradient importance by finite differences with the
+attention held fixed, leave-one-out by re-running each shortened sentence alone, permutations
+against the exhaustive set, the adversarial constraint and a random baseline, the adversary's
+objective and the frozen random attention; and the two commands on a tiny slice."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from attnkit import explanation as ex
+from attnkit.evaluate import ablate
+from attnkit.interpret import record
+from attnkit.models.additive_attention_classifier import AdditiveAttentionClassifier
+
+PASSAGES = [[4, 5, 6, 7, 8], [9, 10, 11], [12, 4, 6, 13]]
+SPLIT = ex.Split(PASSAGES, [0, 1, 0])
+
+
+def make(encoder: str = "average", seed: int = 0, classes: int = 2) -> AdditiveAttentionClassifier:
+    torch.manual_seed(seed)
+    model = AdditiveAttentionClassifier(
+        16, classes, encoder=encoder, embed_dim=6, hidden_dim=5, attention_dim=4
+    )
+    with torch.no_grad():  # sharper than the initialisation, so outputs react to the weights
+        model.embedding.weight.mul_(3.0)
+        model.decoder.weight.mul_(4.0)
+        model.attention.score.out.weight.mul_(4.0)
+    return model.double().eval()
+
+
+def probabilities_with(model, tokens, weights) -> torch.Tensor:
+    """``ŷ`` with the attention fixed to ``weights [B, L]`` (a constant replacement)."""
+    fixed = weights.view(tokens.shape[0], 1, 1, -1)
+    with ablate(model, lambda w, a: fixed.to(w.dtype), modules=["attention"]):
+        return model(tokens).softmax(-1)
+
+
+def attention_of(model, tokens) -> torch.Tensor:
+    with record(model) as rec:
+        model(tokens)
+    return rec["attention"][:, 0, 0]  # [B, L]
+
+
+def tvd(p, q) -> float:
+    return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
+
+
+def jsd(p, q) -> float:
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    m = 0.5 * (p + q)
+
+    def kl(x):
+        keep = x > 0
+        return float((x[keep] * np.log(x[keep] / m[keep])).sum())
+
+    return 0.5 * kl(p) + 0.5 * kl(q)
+
+
+def test_kendall_is_tau_b_counted_over_pairs() -> None:
+    g = torch.Generator().manual_seed(0)
+    for n in (2, 5, 9):
+        a = torch.randn(n, generator=g, dtype=torch.float64)
+        b = torch.randint(0, 3, (n,), generator=g).double()  # ties in b
+        concordant = discordant = ties_a = ties_b = 0
+        for i, j in itertools.combinations(range(n), 2):
+            s = np.sign(float(a[i] - a[j])) * np.sign(float(b[i] - b[j]))
+            concordant += s > 0
+            discordant += s < 0
+            ties_a += float(a[i] == a[j])
+            ties_b += float(b[i] == b[j])
+        pairs = n * (n - 1) / 2
+        denominator = math.sqrt((pairs - ties_a) * (pairs - ties_b))
+        tau, p = ex.kendall(a, b)
+        if denominator == 0:
+            assert math.isnan(tau)
+        else:
+            assert tau == pytest.approx((concordant - discordant) / denominator, abs=1e-12)
+            assert 0.0 <= p <= 1.0
+
+
+@pytest.mark.parametrize("encoder", ["average", "lstm"])
+def test_gradient_importance_is_the_directional_derivative_with_attention_fixed(
+    encoder: str,
+) -> None:
+    model = make(encoder)
+    batch = ex.batch_of(SPLIT, [0, 1, 2])
+    g = ex.gradient_importance(model, batch)
+    alpha = attention_of(model, batch.tokens)
+    h = 1e-6
+    for i in range(3):
+        tokens = batch.tokens[i : i + 1]
+        mask = tokens != 0
+        fixed = alpha[i : i + 1].view(1, 1, 1, -1)
+        embedded = model.embed(tokens).detach()
+        with torch.no_grad(), ablate(model, lambda w, a, f=fixed: f, modules=["attention"]):
+            c = int(model.classify(embedded, mask).argmax())
+            for t in range(int(mask.sum())):
+                up, down = embedded.clone(), embedded.clone()
+                up[0, t] *= 1 + h  # along x_t: the derivative with respect to its one-hot input
+                down[0, t] *= 1 - h
+                p_up = model.classify(up, mask).softmax(-1)[0, c]
+                p_down = model.classify(down, mask).softmax(-1)[0, c]
+                expected = abs(float(p_up - p_down) / (2 * h))
+                assert float(g[i, t]) == pytest.approx(expected, rel=1e-5, abs=1e-10)
+        assert torch.all(g[i, int(mask.sum()) :] == 0)
+
+
+def test_leave_one_out_reruns_each_shortened_sentence() -> None:
+    model = make("lstm")
+    with torch.no_grad():
+        for passage in PASSAGES:
+            full = model(torch.tensor([passage])).softmax(-1)[0]
+            loo = ex.leave_one_out(model, passage, None)
+            for t in range(len(passage)):
+                short = passage[:t] + passage[t + 1 :]
+                p = model(torch.tensor([short])).softmax(-1)[0]
+                assert float(loo[t]) == pytest.approx(tvd(p, full), abs=1e-12)
+
+
+def test_permutation_changes_are_outputs_of_permuted_attention() -> None:
+    model = make("average", classes=3)
+    split = ex.Split([[4, 5, 6], [7, 8]], [0, 1])
+    batch = ex.batch_of(split, [0, 1])
+    changes = ex.permutation_changes(model, batch, 300, seed=0)
+    assert changes.shape == (2, 300)
+    alpha = attention_of(model, batch.tokens)
+    with torch.no_grad():
+        states, _ = model.encode(model.embed(batch.tokens), batch.mask)
+    for i, n in enumerate((3, 2)):
+        w, b = model.decoder.weight, model.decoder.bias
+        original = (alpha[i, :n] @ states[i, :n] @ w.T + b).softmax(-1)
+        exhaustive = []
+        for order in itertools.permutations(range(n)):
+            permuted = alpha[i, :n][list(order)]
+            p = (permuted @ states[i, :n] @ w.T + b).softmax(-1)
+            exhaustive.append(tvd(p.detach(), original.detach()))
+        exhaustive = np.asarray(exhaustive)
+        sampled = changes[i].numpy()
+        # every draw is the output of one permutation, and every permutation was drawn
+        assert np.all(np.abs(sampled[:, None] - exhaustive[None, :]).min(1) < 1e-12)
+        assert np.all(np.abs(exhaustive[:, None] - sampled[None, :]).min(1) < 1e-12)
+        assert not np.allclose(exhaustive, 0)
+
+
+def test_adversarial_attention_keeps_the_output_and_beats_random_weights() -> None:
+    model = make("average")
+    batch = ex.batch_of(SPLIT, [0, 1, 2])
+    epsilon = 0.05
+    weights, divergence, distance, found = ex.adversarial_jsd(
+        model, batch, epsilon, steps=150, seed=0
+    )
+    alpha = attention_of(model, batch.tokens)
+    with torch.no_grad():
+        reference = model(batch.tokens).softmax(-1)
+        adversarial = probabilities_with(model, batch.tokens, weights)
+    g = np.random.default_rng(0)
+    assert bool(found.all())
+    for i, passage in enumerate(PASSAGES):
+        n = len(passage)
+        assert float(weights[i, n:].abs().sum()) == 0  # no weight on padding
+        assert tvd(adversarial[i], reference[i]) <= epsilon + 1e-9
+        assert tvd(adversarial[i], reference[i]) == pytest.approx(float(distance[i]), abs=1e-9)
+        assert jsd(alpha[i, :n], weights[i, :n]) == pytest.approx(float(divergence[i]), abs=1e-9)
+        # random attention of the same sentence that also keeps the output within epsilon
+        candidates = torch.from_numpy(g.dirichlet(np.ones(n), size=400))
+        padded = torch.zeros(400, batch.tokens.shape[1], dtype=torch.float64)
+        padded[:, :n] = candidates
+        tokens = batch.tokens[i : i + 1].expand(400, -1)
+        with torch.no_grad():
+            p = probabilities_with(model, tokens, padded)
+        feasible = [
+            jsd(alpha[i, :n], candidates[k])
+            for k in range(400)
+            if tvd(p[k], reference[i]) <= epsilon
+        ]
+        assert feasible, "the random baseline found no feasible attention"
+        assert float(divergence[i]) >= max(feasible)
+
+
+def test_adversary_objective_is_tvd_minus_lambda_kl() -> None:
+    model = make("lstm").train()
+    batch = ex.batch_of(SPLIT, [2, 0])
+    g = torch.Generator().manual_seed(1)
+    base_p = torch.rand(3, 2, generator=g, dtype=torch.float64).softmax(-1)
+    base_a = torch.zeros(3, 5, dtype=torch.float64)
+    for i, passage in enumerate(PASSAGES):
+        base_a[i, : len(passage)] = torch.rand(len(passage), generator=g).softmax(-1)
+    lam = 0.3
+    value = ex.adversarial_objective(base_p, base_a, lam)(model, batch, [2, 0])
+    p = model(batch.tokens).softmax(-1).detach()
+    alpha = attention_of(model, batch.tokens)
+    expected = []
+    for row, i in enumerate([2, 0]):
+        n = len(PASSAGES[i])
+        a, q = alpha[row, :n].numpy(), base_a[i, :n].numpy()
+        kl = float((a * np.log(a / q)).sum())
+        expected.append(tvd(p[row], base_p[i]) - lam * kl)
+    assert value.item() == pytest.approx(float(np.mean(expected)), abs=1e-9)
+    value.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_frozen_random_attention_is_fixed_per_sentence() -> None:
+    model = make("average")
+    scores = ex.frozen_random_scores(16, seed=3)
+    for rows in ([0, 1, 2], [1]):
+        batch = ex.batch_of(SPLIT, rows)
+        with ex.attention_session(model, "random", batch.tokens, scores), record(model) as rec:
+            model(batch.tokens)
+        for row, i in enumerate(rows):
+            n = len(PASSAGES[i])
+            expected = torch.softmax(scores[PASSAGES[i]].double(), -1)
+            torch.testing.assert_close(rec["attention"][row, 0, 0, :n], expected)
+            assert float(rec["attention"][row, 0, 0, n:].abs().sum()) == 0
+
+
+def run(capsys, *args: str) -> tuple[str, dict]:
+    assert ex.main(list(args)) == 0
+    out = capsys.readouterr().out
+    return out, json.loads(out.strip().splitlines()[-1])
+
+
+def test_jain_wallace_command_on_a_tiny_slice_resumes(shared_data, tmp_path, capsys) -> None:
+    args = ("jain-wallace", "--quick", "--data", str(shared_data), "--runs-dir", str(tmp_path))
+    out, result = run(capsys, *args)
+    assert "| corpus | encoder | test acc | τ(α, g)" in out
+    rows = result["result"]
+    assert [(r["corpus"], r["encoder"]) for r in rows] == [
+        ("sst", "lstm"),
+        ("sst", "average"),
+        ("babi1", "lstm"),
+        ("babi1", "average"),
+    ]
+    for r in rows:
+        assert -1 <= r["tau_gradient"]["mean"] <= 1 and r["tau_loo"]["n"] == 6
+        assert 0 <= r["adversarial_tvd"]["mean"] <= r["adversarial_epsilon"]
+    again, second = run(capsys, *args)
+    assert "epoch 1:" not in again  # models and measures are reused
+    assert second["result"] == rows
+
+
+def test_wiegreffe_pinter_command_on_a_tiny_slice(shared_data, tmp_path, capsys) -> None:
+    args = ("wiegreffe-pinter", "--quick", "--data", str(shared_data), "--runs-dir", str(tmp_path))
+    out, result = run(capsys, *args)
+    assert "| uniform at test |" in out and "| frozen random |" in out
+    baselines = result["result"]["baselines"]
+    assert set(baselines) == {"trained", "uniform at test", "frozen uniform", "frozen random"}
+    (sweep,) = result["result"]["adversarial"]
+    assert sweep["lambda"] == 0.1 and 0 <= sweep["tvd"] <= 1 and 0 <= sweep["jsd"] <= math.log(2)
+
+
+def test_bad_arguments_say_what_was_expected(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        ex.main(["jain-wallace", "--data", str(tmp_path / "absent")])
+    assert "--data must be the shared data folder" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"corpus must be 'sst' or babi1\.\.babi3"):
+        ex.load_corpus("imdb", tmp_path, 0)
