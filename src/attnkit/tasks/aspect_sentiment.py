@@ -23,6 +23,10 @@ is fine-tuned in both cases.
 
 Model: :class:`attnkit.models.lcr_rot_hop.LCRRotHop` (``model.kind: lcr_rot_hop``):
 ``model.hops: 1`` is LCR-Rot, 3 is LCR-Rot-hop.
+
+Trivial baseline: every test example given the most frequent class of the training file
+(:func:`attnkit.data.absa.majority_baseline`); ``python -m attnkit.data.absa`` prints it for the
+five benchmarks.
 """
 
 from __future__ import annotations
@@ -84,6 +88,11 @@ class AspectLCRRotHopConfig(LCRRotHopModelConfig):
     freeze_embeddings: bool = Field(
         False, description="keep the initial word vectors fixed (not trained)"
     )
+
+    def describe(self) -> str:
+        if self.hops == 1:
+            return "LCR-Rot (Zheng & Xia 2018)"
+        return f"LCR-Rot-hop (Wallaart & Frasincar 2019), {self.hops} hops"
 
 
 @functools.lru_cache(maxsize=1)
