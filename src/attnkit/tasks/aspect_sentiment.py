@@ -8,11 +8,12 @@ corpus name per benchmark: ``semeval14_restaurants`` and ``semeval14_laptops`` (
 task 4, the split of Zheng & Xia), ``twitter`` (Dong et al. 2014), ``semeval2015`` and
 ``semeval2016`` (the restaurant sets as split by HAABSA, Wallaart & Frasincar's code). The files
 have no validation split: ``data.valid_fraction`` of the training examples (default 15 %) is held
-out, drawn with the run's seed, for early stopping (``train.eval_every``, ``train.patience``); the
-test split is the benchmark's. Tokens are lower-cased (``data.lowercase``), as GloVe 6B is
-uncased. ``data.max_examples`` keeps a seeded sample of the remaining training examples;
-``data.max_length`` keeps, of each context, the words nearest the target. The vocabulary is built
-from the training examples (``data.min_freq``, ``data.max_vocab``).
+out, drawn with the run's seed, for validation (``train.eval_every``) and early stopping
+(``train.patience``); the test split is the benchmark's. Tokens are lower-cased
+(``data.lowercase``), as GloVe 6B is uncased. ``data.max_examples`` keeps a seeded sample of the
+remaining training examples; ``data.max_length`` keeps, of each context, the words nearest the
+target. The vocabulary is built from the training examples (``data.min_freq``,
+``data.max_vocab``).
 
 Word vectors (``data.embeddings``): ``random`` draws the table from ``U[-0.25, 0.25]`` with the
 run's seed (Kim 2014's range); ``glove`` starts from GloVe 6B 50d (``glove-6b-50d/`` of the shared
