@@ -38,12 +38,19 @@ sentences mention their target more than once; SemEval-2014: one ``$T$`` in ever
 
 There is no validation split; ``valid_fraction`` holds out a seeded share of the training
 examples (``random.Random(f"absa/{name}/{seed}")``).
+
+The trivial baseline, :func:`majority_baseline`: every test example gets the most frequent class
+of the training file. ``python -m attnkit.data.absa [--data DIR]`` prints each benchmark's counts
+per class and that baseline's accuracy and macro-F1 on its test set.
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import re
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -207,11 +214,68 @@ def load_absa(
     }
 
 
+def majority_baseline(
+    train: Sequence[AspectExample], test: Sequence[AspectExample]
+) -> dict[str, str | float]:
+    """The trivial classifier: every test example gets the most frequent class of ``train``
+    (ties: the lower label).
+
+    Returns:
+        ``{"class": polarity, "accuracy": …, "macro_f1": …}`` on ``test``. Macro-F1 is the mean
+        of the per-class ``F1 = 2·TP / (2·TP + FP + FN)`` over the classes that occur in ``test``
+        or are predicted: the predicted class scores ``2 n_c / (N + n_c)`` (``n_c`` of its
+        examples among the ``N``), every other class 0.
+    """
+    if not train or not test:
+        raise ValueError(
+            f"the majority baseline needs training and test examples, got {len(train)} and "
+            f"{len(test)}"
+        )
+    trained = Counter(e.label for e in train)
+    majority = max(range(len(POLARITIES)), key=lambda c: (trained[c], -c))
+    tested = Counter(e.label for e in test)
+    classes = set(tested) | {majority}
+    f1 = 2 * tested[majority] / (len(test) + tested[majority])
+    return {
+        "class": POLARITIES[majority],
+        "accuracy": tested[majority] / len(test),
+        "macro_f1": f1 / len(classes),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print each benchmark's examples per class and its majority-class baseline on the test
+    set."""
+    parser = argparse.ArgumentParser(description=" ".join(main.__doc__.split()))
+    parser.add_argument(
+        "--data", default="../shared/data", help="the shared data folder (holding absa/)"
+    )
+    args = parser.parse_args(argv)
+    print(f"{'benchmark':22s} {'train (neg/neu/pos)':>22s} {'test (neg/neu/pos)':>20s}  majority")
+    for name in DATASETS:
+        splits = load_absa(Path(args.data) / "absa", name)
+        shown = {}
+        for split in ("train", "test"):
+            counts = Counter(e.label for e in splits[split])
+            per_class = "/".join(str(counts[c]) for c in range(len(POLARITIES)))
+            shown[split] = f"{len(splits[split])} ({per_class})"
+        base = majority_baseline(splits["train"], splits["test"])
+        print(
+            f"{name:22s} {shown['train']:>22s} {shown['test']:>20s}  {base['class']}: accuracy "
+            f"{100 * float(base['accuracy']):.2f} %, macro-F1 {100 * float(base['macro_f1']):.2f} %"
+        )
+
+
 __all__ = [
     "DATASETS",
     "POLARITIES",
     "AspectExample",
     "load_absa",
+    "majority_baseline",
     "read_aspect_file",
     "split_sentence",
 ]
+
+
+if __name__ == "__main__":
+    main()

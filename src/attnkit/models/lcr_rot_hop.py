@@ -12,6 +12,11 @@ tanh, softmax; each hop its own parameters): hop 1 queries the contexts with the
 later hop with the previous hop's ``r^lt``, ``r^rt``. The last hop's ``r [B, 8h]`` goes through a
 linear layer to the class logits (the softmax layer of the paper; the trainer's cross-entropy takes
 the log-softmax). Empty contexts (a target at the start or end) give zero representations.
+
+With ``hops=1`` this is Zheng & Xia's LCR-Rot (one rotation, queried by the mean target). The
+embedding table starts from ``embeddings`` when given (pretrained vectors such as GloVe's, from
+:func:`attnkit.data.glove.embedding_matrix`) and is fine-tuned with the rest of the model, or kept
+fixed (``freeze_embeddings``, as Wallaart & Frasincar's code keeps its GloVe table).
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class LCRRotHop(nn.Module):
         hidden_dim: ``h``, per direction of each BiLSTM (features ``2h``, ``r`` has ``8h``).
         hops: rotations (3 in Wallaart & Frasincar).
         dropout: on the embeddings and on ``r``, in training mode only.
+        embeddings: the initial embedding weight ``[vocab_size, embed_dim]`` (pretrained word
+            vectors), or ``None`` for PyTorch's ``N(0, 1)``; the ``PAD`` row is set to zero.
+        freeze_embeddings: keep the embedding table as initialised (not trained).
 
     Shapes: ``left [B, N_l]``, ``target [B, N_t]``, ``right [B, N_r]`` token ids → logits
     ``[B, C]``.
@@ -56,9 +64,26 @@ class LCRRotHop(nn.Module):
         hidden_dim: int = 64,
         hops: int = 3,
         dropout: float = 0.0,
+        embeddings: Tensor | None = None,
+        freeze_embeddings: bool = False,
     ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=PAD)
+        if embeddings is not None:
+            if not isinstance(embeddings, Tensor) or not embeddings.is_floating_point():
+                given = (
+                    embeddings.dtype if isinstance(embeddings, Tensor) else type(embeddings).__name__
+                )
+                raise ValueError(f"embeddings must be a floating-point tensor [V, D], got {given}")
+            if tuple(embeddings.shape) != (vocab_size, embed_dim):
+                raise ValueError(
+                    f"embeddings must be [vocab_size, embed_dim] = [{vocab_size}, {embed_dim}], "
+                    f"got {list(embeddings.shape)}"
+                )
+            with torch.no_grad():
+                self.embedding.weight.copy_(embeddings)
+                self.embedding.weight[PAD] = 0.0  # padding_idx's row is zero, as nn.Embedding's
+        self.embedding.weight.requires_grad_(not freeze_embeddings)
         self.encoders = nn.ModuleDict(
             {
                 part: RecurrentEncoder(

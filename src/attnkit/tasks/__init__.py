@@ -10,6 +10,7 @@ final evaluation and ``attnkit eval`` use for every corpus.
 
 from attnkit.config import TASKS, RunConfig
 from attnkit.tasks import (  # noqa: F401  (each registers its task)
+    aspect_sentiment,
     babi,
     images,
     karate,
