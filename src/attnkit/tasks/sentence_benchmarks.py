@@ -173,7 +173,7 @@ def hold_out(
     return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in chosen]
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=4)  # SST-2 and SST-5, sentences and phrases
 def _sst_sentences(
     root: str, classes: int, phrases: bool
 ) -> dict[str, tuple[SentenceExample, ...]]:
