@@ -195,9 +195,12 @@ def test_every_configuration_validates_and_quotes_kim() -> None:
     expected = {f"{m}-{s}{g}" for m in MODELS for s in SETS for g in ("", "-glove")}
     assert set(names) == expected
     for name in names:
-        spec = reproduce.load(name).reproduce
+        config = reproduce.load(name)
+        spec = config.reproduce
         assert "Kim (2014)" in spec.paper and "CNN-rand" in spec.source
         assert spec.seeds == (10 if "-mr" in name else 3)
+        # Kim's protocol: SST is trained on its labelled phrases, tested on whole sentences
+        assert config.data.phrases == (config.data.corpus in ("sst2", "sst5"))
 
 
 @pytest.mark.parametrize(
