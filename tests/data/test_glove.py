@@ -100,6 +100,14 @@ def test_malformed_line_names_file_and_line(tmp_path, line, expected):
     assert message.startswith(f"{path}: ") and expected in message and "\n" not in message
 
 
+def test_undecodable_line_names_file_and_line(tmp_path):
+    path = tmp_path / "vectors.txt"
+    path.write_bytes(b"the 1 2 3\nof 1 2 3\ncaf\xe9 1 2 3\n")  # Latin-1, not UTF-8
+    with pytest.raises(ValueError) as error:
+        load_glove(path)
+    assert str(error.value) == f"{path}: line 3: expected UTF-8 text"
+
+
 def test_truncated_gzip_missing_file_and_empty_vectors(tmp_path):
     path = tmp_path / "vectors.txt.gz"
     path.write_bytes(gzip.compress(b"the 1 2 3\n" * 100)[:30])

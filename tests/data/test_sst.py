@@ -1,12 +1,13 @@
-"""SST sentence level: counts of the README, leaves and root labels against an independent
-regular-expression reading of the trees, and one-line errors."""
+"""SST sentence and phrase level: counts of the README, leaves and root labels against an
+independent regular-expression reading of the trees, every labelled phrase against a reading of
+the brackets written here, and one-line errors."""
 
 import collections
 import re
 
 import pytest
 
-from attnkit.data.sst import load_sst, parse_tree, read_trees, unescape_ptb
+from attnkit.data.sst import load_sst, parse_phrases, parse_tree, read_trees, unescape_ptb
 
 SST5 = {"train": 8544, "valid": 1101, "test": 2210}
 SST2 = {"train": 6920, "valid": 872, "test": 1821}
@@ -14,6 +15,8 @@ FILES = {"train": "train.txt", "valid": "dev.txt", "test": "test.txt"}
 # a leaf node is "(LABEL word)": a label, a space, then no bracket up to its ")"
 LEAF = re.compile(r"\([0-4] ([^()]+)\)")
 PTB = {"-LRB-": "(", "-RRB-": ")", r"\/": "/", r"\*": "*"}
+# the distinct lower-cased phrases of the training trees (counted with this file's reading)
+PHRASES = {5: 156817, 2: 76961}
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +54,22 @@ def _reference_leaves(line):
     return tuple(leaves)
 
 
+def _reference_phrases(line):
+    """``(label, leaves)`` of every node: a node opens at "(LABEL", its leaves are those read
+    until its ")"."""
+    nodes, opened, leaves = [], [], []
+    for token in re.findall(r"\([0-4] |\)|[^ ()]+", line):
+        if token.startswith("("):
+            opened.append((int(token[1]), len(leaves)))
+        elif token == ")":
+            label, first = opened.pop()
+            nodes.append((label, tuple(leaves[first:])))
+        else:
+            leaves.append(token)
+    unescaped = {leaf: _reference_leaves(f"(2 {leaf})")[0] for _, span in nodes for leaf in span}
+    return [(label, tuple(unescaped[t] for t in span)) for label, span in nodes]
+
+
 def test_counts_match_the_readme(sst5, sst2):
     assert {split: len(examples) for split, examples in sst5.items()} == SST5
     assert {split: len(examples) for split, examples in sst2.items()} == SST2
@@ -79,6 +98,28 @@ def test_tokens_are_the_leaves_unescaped(sst5, lines):
     assert first.tokens[:4] == ("The", "Rock", "is", "destined") and first.label == 3
 
 
+@pytest.mark.parametrize("classes", [5, 2])
+def test_phrase_level_trains_on_every_distinct_labelled_phrase(root, lines, classes):
+    loaded = load_sst(root, classes=classes, lowercase=True, phrases=True)
+    sentences = load_sst(root, classes=classes, lowercase=True)
+    assert loaded["valid"] == sentences["valid"] and loaded["test"] == sentences["test"]
+    expected, seen = [], set()
+    for line in lines["train"]:
+        nodes = _reference_phrases(line)
+        assert len(nodes) == line.count("(")  # every bracket opens one labelled node
+        for label, span in nodes:
+            tokens = tuple(t.lower() for t in span)
+            if tokens not in seen:
+                seen.add(tokens)
+                kept = label if classes == 5 else (None if label == 2 else int(label > 2))
+                if kept is not None:
+                    expected.append((tokens, kept))
+    assert [(e.tokens, e.label) for e in loaded["train"]] == expected
+    assert len(loaded["train"]) == PHRASES[classes]
+    phrases = {e.tokens: e.label for e in loaded["train"]}
+    assert all(phrases[e.tokens] == e.label for e in sentences["train"])  # sentences included
+
+
 def test_lowercase_option(root):
     lowered = read_trees(root / "trees" / "dev.txt", lowercase=True)
     plain = read_trees(root / "trees" / "dev.txt")
@@ -90,6 +131,13 @@ def test_parse_tree_and_unescape():
     assert parse_tree("(4 great)") == (4, ("great",))
     assert unescape_ptb("-RSB-") == "]" and unescape_ptb("\\*\\*") == "**"
     assert unescape_ptb("8\u00a01\\/2") == "8\u00a01/2"  # a no-break space stays inside a leaf
+    assert parse_phrases("(1 (2 (2 -LRB-) (3 good)) (0 \\/bad))") == [
+        (2, ("(",)),
+        (3, ("good",)),
+        (2, ("(", "good")),
+        (0, ("/bad",)),
+        (1, ("(", "good", "/bad")),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -105,11 +153,12 @@ def test_parse_tree_and_unescape():
         ("", "expected a tree"),
     ],
 )
-def test_malformed_tree_names_file_and_line(tmp_path, tree, expected):
+@pytest.mark.parametrize("phrases", [False, True])
+def test_malformed_tree_names_file_and_line(tmp_path, tree, expected, phrases):
     path = tmp_path / "dev.txt"
     path.write_text(f"(2 (2 fine) (2 .))\n{tree}\n", encoding="utf-8")
     with pytest.raises(ValueError) as error:
-        read_trees(path)
+        read_trees(path, phrases=phrases)
     message = str(error.value)
     assert message.startswith(f"{path}: line 2: ")
     assert expected in message and "\n" not in message

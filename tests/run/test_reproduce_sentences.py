@@ -56,6 +56,17 @@ def test_sst_sentences_have_the_readme_counts(shared_data, corpus, sizes, labels
     assert words == [t.lower() for t in words]  # lower-cased, as Kim's SST preprocessing
 
 
+@pytest.mark.parametrize(("corpus", "phrases"), [("sst2", 76961), ("sst5", 156817)])
+def test_sst_phrases_option_trains_on_the_phrases_and_tests_on_sentences(
+    shared_data, corpus, phrases
+) -> None:
+    sentences, loaded = splits(corpus, shared_data), splits(corpus, shared_data, phrases=True)
+    assert len(loaded["train"]) == phrases
+    assert loaded["valid"] == sentences["valid"] and loaded["test"] == sentences["test"]
+    assert set(counts(sentences["train"])) <= set(counts(loaded["train"]))  # sentences among them
+    assert min(len(e.tokens) for e in loaded["train"]) == 1
+
+
 def test_trec_holds_out_the_same_tenth_of_its_training_questions(shared_data) -> None:
     official = load_trec(shared_data / "sentence-classification")
     first, other = splits("trec", shared_data), splits("trec", shared_data, seed=7)
@@ -168,6 +179,9 @@ def test_configuration_checks(shared_data) -> None:
         config("trec", shared_data, embeddings="glove")  # the section's default embed_dim is 100
     with pytest.raises(ConfigError, match=r"data\.fold: only mr is cross-validated"):
         config("sst2", shared_data, fold=1)
+    for corpus in ("trec", "mr"):
+        with pytest.raises(ConfigError, match=r"data\.phrases: only sst2 and sst5 have labelled"):
+            config(corpus, shared_data, phrases=True)
     with pytest.raises(ConfigError, match=r"data\.fold: Input should be less than 10"):
         config("mr", shared_data, fold=10)
     with pytest.raises(ConfigError, match=r"model\.kind: the sst5 corpus takes model kind"):
@@ -181,13 +195,16 @@ def test_every_configuration_validates_and_quotes_kim() -> None:
     expected = {f"{m}-{s}{g}" for m in MODELS for s in SETS for g in ("", "-glove")}
     assert set(names) == expected
     for name in names:
-        spec = reproduce.load(name).reproduce
+        config = reproduce.load(name)
+        spec = config.reproduce
         assert "Kim (2014)" in spec.paper and "CNN-rand" in spec.source
         assert spec.seeds == (10 if "-mr" in name else 3)
+        # Kim's protocol: SST is trained on its labelled phrases, tested on whole sentences
+        assert config.data.phrases == (config.data.corpus in ("sst2", "sst5"))
 
 
 @pytest.mark.parametrize(
-    "name", [f"{m}-{s}" for m in MODELS for s in SETS] + ["capsule-trec-glove"]
+    "name", [f"{m}-{s}{g}" for m in MODELS for s in SETS for g in ("", "-glove")]
 )
 def test_quick_reproduction(name: str, shared_data, tmp_path) -> None:
     lines: list[str] = []

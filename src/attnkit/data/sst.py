@@ -12,6 +12,14 @@ A sentence example is the tree's leaves and its root label:
 * **SST-2**: neutral roots (2) dropped, 0–1 → 0 negative, 3–4 → 1 positive (6,920 / 872 /
   1,821).
 
+**Phrase level** (``phrases=True``, Kim's (2014) protocol for SST: "trained on both phrases and
+sentences, but only score on sentences at test time"): the training split holds every labelled
+node of the training trees — each distinct phrase once (its tokens as loaded, so lower-cased ones
+with ``lowercase=True``), labelled by its first occurrence, in file order, the whole sentences
+among them; SST-2 drops the neutral phrases. On the lower-cased tokens: SST-5 156,817 phrases
+and SST-2 76,961 (the size of ``stsa.binary.phrases.train`` of Kim's companion code). The
+validation and test splits stay whole sentences.
+
 Tokens are the leaves, with the PTB escapes resolved: ``-LRB-`` ``(``, ``-RRB-`` ``)``
 (``-LSB-``/``-RSB-``/``-LCB-``/``-RCB-`` likewise), ``\\/`` ``/`` and ``\\*`` ``*``; the PTB quotes
 `````` and ``''`` stay as they are (GloVe has them). ``dev`` is the ``"valid"`` split.
@@ -47,7 +55,26 @@ def parse_tree(text: str) -> tuple[int, tuple[str, ...]]:
         ValueError: one line saying what was expected where (no file or line: the caller adds
             them).
     """
-    stack: list[list] = []  # open nodes: [label, has_children, has_word]
+    root_label, leaves, _ = _parse(text)
+    return root_label, leaves
+
+
+def parse_phrases(text: str) -> list[tuple[int, tuple[str, ...]]]:
+    """``(label, leaves)`` of every node of one PTB sentiment tree, each node's leaves being the
+    words it spans, in the order the nodes close (children before their parent, the root last).
+
+    Raises:
+        ValueError: as :func:`parse_tree`.
+    """
+    _, leaves, spans = _parse(text)
+    return [(label, leaves[start:end]) for label, start, end in spans]
+
+
+def _parse(text: str) -> tuple[int, tuple[str, ...], list[tuple[int, int, int]]]:
+    """``(root label, leaves, spans)``: ``spans`` holds ``(label, first leaf, end leaf)`` of
+    every node in closing order."""
+    stack: list[list] = []  # open nodes: [label, has_children, has_word, first leaf]
+    spans: list[tuple[int, int, int]] = []
     leaves: list[str] = []
     root_label: int | None = None
     tokens = _TREE_TOKEN.findall(text)
@@ -68,13 +95,14 @@ def parse_tree(text: str) -> tuple[int, tuple[str, ...]]:
                         "expected ')' after a word, got '(' (a node has a word or children)"
                     )
                 stack[-1][1] = True
-            stack.append([int(label), False, False])
+            stack.append([int(label), False, False, len(leaves)])
         elif token == ")":
             if not stack:
                 raise ValueError("expected '(' to open the tree, got ')' (unbalanced brackets)")
-            label, has_children, has_word = stack.pop()
+            label, has_children, has_word, first = stack.pop()
             if not (has_children or has_word):
                 raise ValueError(f"expected a word or children in the node labelled {label}")
+            spans.append((label, first, len(leaves)))
             if not stack:
                 root_label = label
         else:
@@ -92,11 +120,14 @@ def parse_tree(text: str) -> tuple[int, tuple[str, ...]]:
         )
     if root_label is None:
         raise ValueError("expected a tree '(LABEL ...)', got an empty line")
-    return root_label, tuple(leaves)
+    return root_label, tuple(leaves), spans
 
 
-def read_trees(path: str | Path, lowercase: bool = False) -> list[tuple[int, tuple[str, ...]]]:
-    """``(root label, tokens)`` of every tree of a file, in order.
+def read_trees(
+    path: str | Path, lowercase: bool = False, phrases: bool = False
+) -> list[tuple[int, tuple[str, ...]]]:
+    """``(root label, tokens)`` of every tree of a file, in order; with ``phrases``, the
+    ``(label, tokens)`` of every node of every tree (:func:`parse_phrases`), tree after tree.
 
     Raises:
         FileNotFoundError: naming the file.
@@ -111,10 +142,11 @@ def read_trees(path: str | Path, lowercase: bool = False) -> list[tuple[int, tup
     trees = []
     for number, line in enumerate(lines, start=1):
         try:
-            label, leaves = parse_tree(line)
+            nodes = parse_phrases(line) if phrases else [parse_tree(line)]
         except ValueError as error:
             raise ValueError(f"{path}: line {number}: {error}") from None
-        trees.append((label, tuple(t.lower() for t in leaves) if lowercase else leaves))
+        for label, leaves in nodes:
+            trees.append((label, tuple(t.lower() for t in leaves) if lowercase else leaves))
     return trees
 
 
@@ -123,7 +155,7 @@ def _sst2_label(label: int) -> int | None:
 
 
 def load_sst(
-    root: str | Path, classes: int = 5, lowercase: bool = False
+    root: str | Path, classes: int = 5, lowercase: bool = False, phrases: bool = False
 ) -> dict[str, list[SentenceExample]]:
     """SST sentences: ``{"train", "valid", "test"}`` lists of :class:`SentenceExample`.
 
@@ -132,6 +164,8 @@ def load_sst(
         classes: 5 (SST-5, labels index :data:`SST5_LABELS`) or 2 (SST-2, neutral sentences
             dropped, labels index :data:`SST2_LABELS`).
         lowercase: lower-case the tokens (the trees keep the text's case).
+        phrases: the training split is every distinct labelled phrase of the training trees
+            (Kim's protocol, see the module docstring); validation and test stay sentences.
     """
     if classes not in (2, 5) or isinstance(classes, bool):
         raise ValueError(f"classes must be 2 (SST-2) or 5 (SST-5), got {classes!r}")
@@ -140,7 +174,15 @@ def load_sst(
     splits: dict[str, list[SentenceExample]] = {}
     for split, name in FILES.items():
         examples = []
-        for label, tokens in read_trees(directory / name, lowercase):
+        seen: set[tuple[str, ...]] = set()
+        every_node = phrases and split == "train"
+        for label, tokens in read_trees(directory / name, lowercase, phrases=every_node):
+            if every_node:
+                # a phrase recurs in many trees with one label (the treebank labels phrases,
+                # not occurrences): once each, as Kim's phrase file has it
+                if tokens in seen:
+                    continue
+                seen.add(tokens)
             kept = label if classes == 5 else _sst2_label(label)
             if kept is not None:
                 examples.append(SentenceExample(tokens, kept))
@@ -152,6 +194,7 @@ __all__ = [
     "SST2_LABELS",
     "SST5_LABELS",
     "load_sst",
+    "parse_phrases",
     "parse_tree",
     "read_trees",
     "unescape_ptb",

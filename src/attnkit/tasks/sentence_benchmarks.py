@@ -6,8 +6,12 @@ Data (the shared data folder, ``data.root``, default ``../shared/data``):
 * ``sst2`` / ``sst5`` — the Stanford Sentiment Treebank at sentence level
   (:func:`attnkit.data.sst.load_sst`): the root label of each tree of ``sst/trees``, the official
   train / dev / test split (SST-5 8,544 / 1,101 / 2,210; SST-2 drops the neutral roots, 6,920 /
-  872 / 1,821). Tokens are lower-cased, as Kim's preprocessing of SST does. Only whole
-  sentences are trained on; Kim also trained on every labelled phrase of the training trees.
+  872 / 1,821). Tokens are lower-cased, as Kim's preprocessing of SST does. ``data.phrases:
+  true`` is Kim's (2014) protocol: the training split is every distinct labelled phrase of the
+  training trees (SST-2: 76,961 once neutral phrases are dropped; SST-5: 156,817; the whole
+  sentences among them), validation and test stay the whole sentences
+  (:func:`attnkit.data.sst.load_sst` with ``phrases=True``); left false, only whole sentences
+  are trained on.
 * ``trec`` — TREC question classification, 6 coarse classes
   (:func:`attnkit.data.sentence_classification.load_trec`), tokens as in the files (Kim keeps
   TREC's case). TREC has no validation split: a seeded 10 % of the 5,452 training questions
@@ -101,6 +105,11 @@ class SentenceBenchmarkData(DataConfig):
         description="mr: the cross-validation round (its fold is the test split); none: the "
         "run's seed modulo 10",
     )
+    phrases: bool = Field(
+        False,
+        description="sst2/sst5: train on every distinct labelled phrase of the training trees "
+        "(Kim 2014), validate and test on whole sentences; false: whole sentences only",
+    )
     embeddings: Literal["random", "glove"] = Field(
         "random",
         description="random: a randomly initialised table; glove: GloVe 6B 50d (needs "
@@ -164,10 +173,13 @@ def hold_out(
     return [e for i, e in enumerate(examples) if i not in held], [examples[i] for i in chosen]
 
 
-@functools.lru_cache(maxsize=2)
-def _sst_sentences(root: str, classes: int) -> dict[str, tuple[SentenceExample, ...]]:
+@functools.lru_cache(maxsize=4)  # SST-2 and SST-5, sentences and phrases
+def _sst_sentences(
+    root: str, classes: int, phrases: bool
+) -> dict[str, tuple[SentenceExample, ...]]:
     # parsing the 11,855 trees takes seconds: once per process (a reproduction's seeds, tests)
-    return {name: tuple(split) for name, split in load_sst(root, classes, lowercase=True).items()}
+    loaded = load_sst(root, classes, lowercase=True, phrases=phrases)
+    return {name: tuple(split) for name, split in loaded.items()}
 
 
 @functools.lru_cache(maxsize=1)
@@ -191,10 +203,13 @@ class SentenceBenchmark(WordTask):
         *ARCHITECTURE_DATA_KEYS,
         "max_examples",
         "fold",
+        "phrases",  # the vocabulary's order follows the training split's word counts
     )
     eval_batch_size: ClassVar[int | None] = 256
     #: whether ``data.fold`` means something (MR's cross-validation)
     cross_validation: ClassVar[bool] = False
+    #: whether ``data.phrases`` means something (the treebank's labelled phrases)
+    has_phrases: ClassVar[bool] = False
 
     @classmethod
     def check_config(cls, config: RunConfig) -> None:
@@ -204,6 +219,11 @@ class SentenceBenchmark(WordTask):
             raise ValueError(
                 f"data.fold: only mr is cross-validated; {data.corpus} has a fixed test split "
                 f"(got fold: {data.fold})"
+            )
+        if data.phrases and not cls.has_phrases:
+            raise ValueError(
+                f"data.phrases: only sst2 and sst5 have labelled phrases; {data.corpus} is "
+                f"trained on its sentences (got phrases: true)"
             )
         if data.embeddings == "glove" and config.model.embed_dim != GLOVE_DIM:
             raise ValueError(
@@ -310,11 +330,11 @@ class SST2(SentenceBenchmark):
     """Is a movie-review sentence negative or positive (SST, neutral sentences dropped)?"""
 
     classes = SST2_LABELS
+    has_phrases = True
 
     def splits(self) -> Mapping[str, list[SentenceExample]]:
-        return {
-            name: list(split) for name, split in _sst_sentences(str(self.root / "sst"), 2).items()
-        }
+        loaded = _sst_sentences(str(self.root / "sst"), 2, self.config.data.phrases)
+        return {name: list(split) for name, split in loaded.items()}
 
 
 @TASKS.register("sst5")
@@ -322,11 +342,11 @@ class SST5(SentenceBenchmark):
     """How positive is a movie-review sentence, on SST's five-point scale?"""
 
     classes = SST5_LABELS
+    has_phrases = True
 
     def splits(self) -> Mapping[str, list[SentenceExample]]:
-        return {
-            name: list(split) for name, split in _sst_sentences(str(self.root / "sst"), 5).items()
-        }
+        loaded = _sst_sentences(str(self.root / "sst"), 5, self.config.data.phrases)
+        return {name: list(split) for name, split in loaded.items()}
 
 
 @TASKS.register("trec")
