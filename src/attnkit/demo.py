@@ -104,12 +104,27 @@ def teacher_name(config: RunConfig) -> str:
 
 
 def unsupervised_twin(config: RunConfig) -> RunConfig:
-    """``config`` without supervised attention: the same model, data, steps and seed, trained
-    on the translation loss alone (what the guidance changes is the difference)."""
+    """``config`` without supervised attention: the same model, data and seed trained on the
+    translation loss alone, for half the steps (the demo's time budget holds two trainings only
+    so; its unsupervised attention pattern is set well before then, docs/results.md)."""
     data = config.data.model_copy(
         update={"supervision": None, "symmetrization": None, "aligner_alpha": None}
     )
-    train_ = config.train.model_copy(update={"supervised_weight": 0.0})
+    steps = max(1, config.train.steps // 2)
+    t = config.train
+
+    def within(every: int | None) -> int | None:
+        return None if every is None else min(every, steps)
+
+    train_ = t.model_copy(
+        update={
+            "supervised_weight": 0.0,
+            "steps": steps,
+            "warmup": min(t.warmup, steps - 1),
+            "eval_every": within(t.eval_every),
+            "checkpoint_every": within(t.checkpoint_every),
+        }
+    )
     return config.model_copy(
         update={"name": f"{config.name}-unsupervised", "data": data, "train": train_}
     )
@@ -180,14 +195,15 @@ def run(
             f"supervised attention: the loss adds {config.train.supervised_weight:g} × "
             f"{config.train.supervised_kind} of the attention against the links of "
             f"{teacher_name(config)}, fitted first on the training pairs (survey §4.2); an "
-            "unsupervised twin (the same model without that term) trains after it, to compare"
+            f"unsupervised twin (the same model without that term, "
+            f"{unsupervised_twin(config).train.steps} steps) trains after it, to compare"
         )
     run_ = train(config, runs_dir=runs_dir, quiet=quiet, log=log)
     results = json.loads((run_.path / "results.json").read_text(encoding="utf-8"))
     twin_results = None
     if with_teacher:
         log("")
-        log("the unsupervised twin:")
+        log(f"the unsupervised twin ({unsupervised_twin(config).train.steps} steps):")
         twin = train(
             unsupervised_twin(config), run_dir=run_.path / "unsupervised", quiet=quiet, log=log
         )
@@ -246,7 +262,7 @@ def write_joint_report(
         "attention": f"supervised: {config.train.supervised_weight:g} × "
         f"{config.train.supervised_kind} against the links of {teacher_name(config)}, fitted by "
         "the demo on the training pairs (survey §4.2)",
-        "steps": config.train.steps,
+        "steps": f"{config.train.steps} (unsupervised twin {unsupervised_twin(config).train.steps})",
         "training time": f"{results['train_seconds']:.0f} s (twin {twin_results['train_seconds']:.0f} s)",
         "test BLEU": f"{results['bleu']:.2f} (unsupervised twin {twin_results['bleu']:.2f})",
         f"attention AER, Tatoeba gold ({gold['sentences']} test sentences)": (
@@ -258,7 +274,8 @@ def write_joint_report(
         "This model's attention is supervised: its loss adds a term pulling each attention row "
         f"towards the links {teacher_name(config)} gives that French word. Each sentence is "
         "shown twice: first the supervised model, then its unsupervised twin (the same "
-        "configuration trained on the translation loss alone)."
+        f"configuration trained on the translation loss alone, for "
+        f"{unsupervised_twin(config).train.steps} steps)."
     )
     return write_report(
         path / "report.html",

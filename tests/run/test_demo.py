@@ -165,3 +165,18 @@ def test_seed_links_by_hand():
     )
     with pytest.raises(ValueError, match="len\\(target\\)"):
         seed_links(source, target, weights[:3])
+
+
+def test_the_unsupervised_twin_differs_only_by_the_supervision():
+    from attnkit.demo import demo_config, guided, unsupervised_twin
+
+    config = demo_config()
+    assert guided(config) and config.model.query == "conditional"
+    twin = unsupervised_twin(config)
+    assert not guided(twin) and twin.name == "demo-unsupervised"
+    assert twin.model == config.model and twin.seed == config.seed
+    assert twin.train.steps == config.train.steps // 2  # the time budget: half the steps
+    kept = {"supervised_weight", "steps", "warmup", "eval_every", "checkpoint_every"}
+    assert twin.train.model_dump(exclude=kept) == config.train.model_dump(exclude=kept)
+    supervision = {"supervision", "symmetrization", "aligner_alpha"}
+    assert twin.data.model_dump(exclude=supervision) == config.data.model_dump(exclude=supervision)
