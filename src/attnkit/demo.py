@@ -208,6 +208,17 @@ def run(
             unsupervised_twin(config), run_dir=run_.path / "unsupervised", quiet=quiet, log=log
         )
         twin_results = json.loads((twin.path / "results.json").read_text(encoding="utf-8"))
+    show(results, twin_results, log)
+    if twin_results is not None:
+        write_joint_report(run_.path, config, results, twin.path, twin_results)
+    log(f'try: attnkit translate {run_.path} "I am hungry."')
+    log(f"report: {run_.path / 'report.html'}")
+    return 0
+
+
+def show(results: dict, twin_results: dict | None = None, log: Log = print) -> None:
+    """Print a finished demo run's matrices (beside its unsupervised twin's, when given), its
+    BLEU and AER, and the argmax links of "I love you."."""
     twins = _alignments(twin_results) if twin_results else []
     for i, a in enumerate(_alignments(results)):
         log("")
@@ -228,16 +239,11 @@ def run(
         log(f"unsupervised twin:    {_scores(twin_results)}")
     links = _i_love_you(results)
     if links is not None:
-        label = "supervised attention" if with_teacher else "by argmax"
+        label = "by argmax" if twin_results is None else "supervised attention"
         log(f'"I love you." {label}: {links}')
-    if twin_results is not None:
-        twin_links = _i_love_you(twin_results)
-        if twin_links is not None:
-            log(f'"I love you." unsupervised twin: {twin_links}')
-        write_joint_report(run_.path, config, results, twin.path, twin_results)
-    log(f'try: attnkit translate {run_.path} "I am hungry."')
-    log(f"report: {run_.path / 'report.html'}")
-    return 0
+    twin_links = _i_love_you(twin_results) if twin_results else None
+    if twin_links is not None:
+        log(f'"I love you." unsupervised twin: {twin_links}')
 
 
 def write_joint_report(
