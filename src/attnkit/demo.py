@@ -157,8 +157,9 @@ def _block(title: str, alignment: Alignment) -> str:
 
 def _scores(results: dict) -> str:
     gold = results["tatoeba_gold"]
+    search = "greedy" if results["beam_size"] == 1 else f"beam {results['beam_size']}"
     return (
-        f"held-out BLEU {results['bleu']:.2f} on {results['sentences']} test sentences, "
+        f"held-out BLEU {results['bleu']:.2f} ({search}) on {results['sentences']} test sentences, "
         f"attention AER {gold['aer']:.3f} on the {gold['sentences']} hand-aligned Tatoeba test "
         "sentences (argmax)"
     )

@@ -120,7 +120,8 @@ def test_the_attention_aer_on_the_tatoeba_gold_is_printed_next_to_bleu(demo):
         assert gold["sentences"] == 50 and 0.0 <= gold["aer"] <= 1.0
         [line] = [line for line in lines if line.startswith(label + "held-out BLEU")]
         assert line == label + (
-            f"held-out BLEU {results['bleu']:.2f} on {results['sentences']} test sentences, "
+            f"held-out BLEU {results['bleu']:.2f} (beam 4) on {results['sentences']} test "
+            "sentences, "
             f"attention AER {gold['aer']:.3f} on the 50 hand-aligned Tatoeba test sentences "
             "(argmax)"
         )
