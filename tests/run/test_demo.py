@@ -59,19 +59,44 @@ def test_report_and_heatmaps_are_written_and_the_report_is_self_contained(demo):
         assert base64.b64encode(data).decode() in report  # embedded, not linked
 
 
-def test_the_i_love_you_alignment_matrix_is_printed(demo):
+def results_of(run_dir):
+    """The supervised run's results and its unsupervised twin's."""
+    guided = json.loads((run_dir / "results.json").read_text())
+    twin = json.loads((run_dir / "unsupervised" / "results.json").read_text())
+    return guided, twin
+
+
+def test_the_i_love_you_alignment_matrices_are_printed_side_by_side(demo):
     lines, run_dir = demo
-    shown = json.loads((run_dir / "results.json").read_text())["showcase"][0]
-    assert shown["source"] == ["i", "love", "you", "."]
+    guided, twin = (r["showcase"][0] for r in results_of(run_dir))
+    assert guided["source"] == twin["source"] == ["i", "love", "you", "."]
     start = next(i for i, line in enumerate(lines) if line.startswith("I love you.  →  "))
-    assert lines[start + 1].split() == ["i", "love", "you", "."]  # columns: the source words
-    rows = lines[start + 2 : start + 2 + len(shown["target"])]
-    assert [row.split()[0] for row in rows] == shown["target"]  # rows: the target words
-    for row, weights in zip(rows, shown["weights"], strict=True):
-        printed = [float(x) for x in row.split()[1:]]
-        assert printed == [round(w, 2) for w in weights]  # the saved matrix, to 2 decimals
-        assert sum(weights) == pytest.approx(1.0, abs=1e-5)  # a distribution over the source
-    assert lines[start + 2 + len(shown["target"])] == ""  # the matrix ends there
+    titles = lines[start + 1]
+    assert titles.startswith("supervised attention: ") and "unsupervised twin: " in titles
+    split = titles.index("unsupervised twin: ")  # the right block starts in that column
+    header = lines[start + 2]
+    assert header[:split].split() == header[split:].split() == ["i", "love", "you", "."]
+    for column, shown in ((slice(0, split), guided), (slice(split, None), twin)):
+        rows = lines[start + 3 : start + 3 + len(shown["target"])]
+        assert [row[column].split()[0] for row in rows] == shown["target"]  # rows: targets
+        for row, weights in zip(rows, shown["weights"], strict=True):
+            printed = [float(x) for x in row[column].split()[1:]]
+            assert printed == [round(w, 2) for w in weights]  # the saved matrix, 2 decimals
+            assert sum(weights) == pytest.approx(1.0, abs=1e-5)  # a distribution
+    height = max(len(guided["target"]), len(twin["target"]))
+    assert lines[start + 3 + height] == ""  # the matrices end there
+
+
+def test_the_demo_says_its_attention_is_supervised_and_by_whom(demo):
+    lines, run_dir = demo
+    [line] = [line for line in lines if line.startswith("supervised attention: the loss adds ")]
+    assert "fast_align" in line and "unsupervised twin" in line
+    report = (run_dir / "report.html").read_text()
+    assert "supervised" in report and "fast_align" in report and "unsupervised twin" in report
+    # the twin's heatmaps are embedded beside the supervised ones
+    for image in sorted((run_dir / "unsupervised" / "heatmaps").glob("*.png")):
+        assert base64.b64encode(image.read_bytes()).decode() in report
+    assert (run_dir / "links.pharaoh").is_file()  # the teacher's links the demo fitted
 
 
 def test_eval_and_translate_work_on_the_demo_run(demo, capsys):
@@ -88,26 +113,39 @@ def test_eval_and_translate_work_on_the_demo_run(demo, capsys):
 
 def test_the_attention_aer_on_the_tatoeba_gold_is_printed_next_to_bleu(demo):
     lines, run_dir = demo
-    results = json.loads((run_dir / "results.json").read_text())
-    gold = results["tatoeba_gold"]
-    assert gold["sentences"] == 50 and 0.0 <= gold["aer"] <= 1.0
-    [line] = [line for line in lines if line.startswith("held-out BLEU")]
-    assert line == (
-        f"held-out BLEU {results['bleu']:.2f} on {results['sentences']} test sentences, "
-        f"attention AER {gold['aer']:.3f} on the 50 hand-aligned Tatoeba test sentences (argmax)"
-    )
+    for label, results in zip(
+        ("supervised attention: ", "unsupervised twin:    "), results_of(run_dir), strict=True
+    ):
+        gold = results["tatoeba_gold"]
+        assert gold["sentences"] == 50 and 0.0 <= gold["aer"] <= 1.0
+        [line] = [line for line in lines if line.startswith(label + "held-out BLEU")]
+        assert line == label + (
+            f"held-out BLEU {results['bleu']:.2f} (beam 4) on {results['sentences']} test "
+            "sentences, "
+            f"attention AER {gold['aer']:.3f} on the 50 hand-aligned Tatoeba test sentences "
+            "(argmax)"
+        )
+    guided, twin = results_of(run_dir)
     report = (run_dir / "report.html").read_text()
-    assert "Tatoeba gold (50 test sentences)" in report and f"{gold['aer']:.3f}" in report
+    assert "Tatoeba gold (50 test sentences)" in report
+    assert (
+        f"{guided['tatoeba_gold']['aer']:.3f} (unsupervised twin {twin['tatoeba_gold']['aer']:.3f})"
+        in report
+    )
 
 
 def test_the_i_love_you_argmax_links_are_named(demo):
     lines, run_dir = demo
-    shown = json.loads((run_dir / "results.json").read_text())["showcase"][0]
-    [line] = [line for line in lines if line.startswith('"I love you." by argmax: ')]
-    # each target word's argmax source word, from the saved matrix (first maximum on ties)
-    best = [shown["source"][row.index(max(row))] for row in shown["weights"]]
-    pairs = ", ".join(f"{t} → {s}" for t, s in zip(shown["target"], best, strict=True))
-    assert line.removeprefix('"I love you." by argmax: ').startswith(pairs + "  (")
+    for label, results in zip(
+        ("supervised attention", "unsupervised twin"), results_of(run_dir), strict=True
+    ):
+        shown = results["showcase"][0]
+        prefix = f'"I love you." {label}: '
+        [line] = [line for line in lines if line.startswith(prefix)]
+        # each target word's argmax source word, from the saved matrix (first maximum on ties)
+        best = [shown["source"][row.index(max(row))] for row in shown["weights"]]
+        pairs = ", ".join(f"{t} → {s}" for t, s in zip(shown["target"], best, strict=True))
+        assert line.removeprefix(prefix).startswith(pairs + "  (")
 
 
 def test_seed_links_by_hand():
@@ -128,3 +166,18 @@ def test_seed_links_by_hand():
     )
     with pytest.raises(ValueError, match="len\\(target\\)"):
         seed_links(source, target, weights[:3])
+
+
+def test_the_unsupervised_twin_differs_only_by_the_supervision():
+    from attnkit.demo import demo_config, guided, unsupervised_twin
+
+    config = demo_config()
+    assert guided(config) and config.model.query == "conditional"
+    twin = unsupervised_twin(config)
+    assert not guided(twin) and twin.name == "demo-unsupervised"
+    assert twin.model == config.model and twin.seed == config.seed
+    assert twin.train.steps == config.train.steps // 2  # the time budget: half the steps
+    kept = {"supervised_weight", "steps", "warmup", "eval_every", "checkpoint_every"}
+    assert twin.train.model_dump(exclude=kept) == config.train.model_dump(exclude=kept)
+    supervision = {"supervision", "symmetrization", "aligner_alpha"}
+    assert twin.data.model_dump(exclude=supervision) == config.data.model_dump(exclude=supervision)

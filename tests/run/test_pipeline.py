@@ -18,7 +18,7 @@ from attnkit.run import Run
 from attnkit.tasks import job_for
 from attnkit.tasks.job import Job
 from attnkit.tasks.trainer import ClassificationJob
-from attnkit.tasks.translation import TranslationJob
+from attnkit.tasks.translation import Multi30kTranslationJob, TranslationJob
 
 SRC = Path(attnkit.__file__).resolve().parent
 APPLICATION = ("tasks", "train", "run", "config", "checkpoint", "report", "demo", "data_parallel")
@@ -46,9 +46,14 @@ def _config(corpus: str, **data):
 def test_every_corpus_has_a_job(corpus):
     job = job_for(_config(corpus))
     assert isinstance(job, Job)
-    expected = TranslationJob if corpus in ("tatoeba", "hansards") else ClassificationJob
+    translation = {
+        "tatoeba": TranslationJob,
+        "hansards": TranslationJob,
+        "multi30k": Multi30kTranslationJob,
+    }
+    expected = translation.get(corpus, ClassificationJob)
     assert type(job) is expected
-    assert job.state_file == ("vocab.json" if expected is TranslationJob else "task.json")
+    assert job.state_file == ("vocab.json" if corpus in translation else "task.json")
 
 
 def test_a_translation_run_keeps_its_vocabularies_as_before(tmp_path, monkeypatch):

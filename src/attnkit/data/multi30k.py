@@ -113,6 +113,7 @@ def load_multi30k(
     target: str = "en",
     lowercase: bool = False,
     splits: tuple[str, ...] = SPLITS,
+    max_pairs: int | None = None,
 ) -> dict[str, list[Example]]:
     """Tokenised Multi30k sentence pairs ``source → target``.
 
@@ -122,6 +123,8 @@ def load_multi30k(
         lowercase: lower-case the tokens.
         splits: which of ``"train"``, ``"valid"``, ``"test"`` to load (train takes a few
             seconds per language to tokenise).
+        max_pairs: keep the first ``max_pairs`` training pairs (cut before tokenising, so a
+            short run does not pay for the whole split); valid and test are never cut.
 
     Returns:
         ``{split: [Example, ...]}``, line ``i`` of both files as one :class:`Example`.
@@ -130,6 +133,10 @@ def load_multi30k(
     _check_language(target)
     if source == target:
         raise ValueError(f"source and target must differ, got {source!r} twice")
+    if max_pairs is not None and (
+        isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1
+    ):
+        raise ValueError(f"max_pairs must be None or an int >= 1, got {max_pairs!r}")
     out: dict[str, list[Example]] = {}
     for split in splits:
         sources = read_sentences(root, split, source)
@@ -140,6 +147,8 @@ def load_multi30k(
                 f"{Path(root)}: expected {stem}.{source}.gz and {stem}.{target}.gz to have as "
                 f"many lines, got {len(sources)} and {len(targets)}"
             )
+        if split == "train" and max_pairs is not None:
+            sources, targets = sources[:max_pairs], targets[:max_pairs]
         out[split] = [
             Example(tuple(tokenize(s, source, lowercase)), tuple(tokenize(t, target, lowercase)))
             for s, t in zip(sources, targets, strict=True)

@@ -11,9 +11,19 @@ At target step ``i``, with ``s_{i-1}`` the previous decoder state and ``h_j`` th
 The paper's main text (eq. 4) reads the output from ``s_i``; its appendix A.2.2 writes ``s_{i-1}``.
 The main text is followed here. The initial state is ``s_0 = tanh(W_s <-h_1)``, from the backward
 encoder state of the first word (appendix A.2.2).
+
+``query="conditional"`` is the conditional GRU of the dl4mt/Nematus decoder (Sennrich et al. 2017,
+"Nematus: a Toolkit for Neural Machine Translation", §2.2): the paper's query ``s_{i-1}`` has read
+``y_{i-2}`` but not the word just emitted, ``y_{i-1}``, so it must place ``a_i`` without knowing
+where the translation stands; the conditional GRU first reads ``y_{i-1}``:
+
+- ``s'_i = GRU_1(E y_{i-1}, s_{i-1})``, ``e_ij = v_a^T tanh(W_a s'_i + U_a h_j)``;
+- ``s_i = GRU_2(c_i, s'_i)``; the readout as above.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -21,9 +31,12 @@ from torch import Tensor, nn
 from attnkit.models.decoder_attention import DecoderAttention
 from attnkit.models.decoder_state import EncoderMemory, RecurrentState
 
+QUERIES = ("previous_state", "conditional")
+
 
 class BahdanauDecoder(nn.Module):
-    """One-layer GRU decoder whose attention query is its previous state ``s_{i-1}``.
+    """One-layer GRU decoder whose attention query is its previous state ``s_{i-1}`` (or, with
+    ``query="conditional"``, that state after reading ``E y_{i-1}``).
 
     Args:
         vocab_size: target vocabulary size ``V``.
@@ -32,6 +45,8 @@ class BahdanauDecoder(nn.Module):
         annotation_dim: size of the encoder's annotations ``h_j`` (``2 · n_enc``).
         attention: scores ``s_{i-1}`` (size ``hidden_dim``) against the annotations.
         dropout: on the maxout output before the vocabulary projection.
+        query: ``"previous_state"`` (the paper's ``s_{i-1}``) or ``"conditional"`` (``s'_i``,
+            the conditional GRU; see the module docstring).
 
     Shapes: :meth:`step` takes ``E y_{i-1} [B, embed_dim]`` and returns the readout features
     ``[s_i; E y_{i-1}; c_i]`` ``[B, hidden_dim + embed_dim + annotation_dim]`` and the weights
@@ -46,11 +61,19 @@ class BahdanauDecoder(nn.Module):
         annotation_dim: int,
         attention: DecoderAttention,
         dropout: float = 0.0,
+        query: Literal["previous_state", "conditional"] = "previous_state",
     ) -> None:
         super().__init__()
+        if query not in QUERIES:
+            raise ValueError(f"unknown query {query!r}; expected one of: {', '.join(QUERIES)}")
         self.attention = attention
+        self.query = query
         self.init_proj = nn.Linear(annotation_dim // 2, hidden_dim)  # W_s
-        self.cell = nn.GRUCell(embed_dim + annotation_dim, hidden_dim)
+        if query == "conditional":
+            self.query_cell = nn.GRUCell(embed_dim, hidden_dim)  # GRU_1: s'_i
+            self.cell = nn.GRUCell(annotation_dim, hidden_dim)  # GRU_2: s_i from c_i
+        else:
+            self.cell = nn.GRUCell(embed_dim + annotation_dim, hidden_dim)
         # U_o, V_o, C_o as one matrix over [s_i; E y_{i-1}; c_i]: one product per sentence.
         self.maxout_dim = embed_dim
         self.readout_proj = nn.Linear(hidden_dim + embed_dim + annotation_dim, 2 * embed_dim)
@@ -66,11 +89,18 @@ class BahdanauDecoder(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """One target position: updates ``state`` in place, returns ``(features, weights)``."""
         previous = state.hidden[0]
+        if self.query == "conditional":
+            query = self.query_cell(embedded, previous)  # s'_i has read y_{i-1}
+        else:
+            query = previous  # s_{i-1}
         context, weights = self.attention(
-            previous[:, None], memory.key_features, memory.values, memory.mask, state.position
+            query[:, None], memory.key_features, memory.values, memory.mask, state.position
         )
         context, weights = context[:, 0], weights[:, 0]  # c_i [B, 2n], a_i [B, S]
-        hidden = self.cell(torch.cat([embedded, context], -1), previous)  # s_i
+        if self.query == "conditional":
+            hidden = self.cell(context, query)  # s_i = GRU_2(c_i, s'_i)
+        else:
+            hidden = self.cell(torch.cat([embedded, context], -1), previous)  # s_i
         state.hidden, state.position = [hidden], state.position + 1
         return torch.cat([hidden, embedded, context], -1), weights
 

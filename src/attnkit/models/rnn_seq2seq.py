@@ -63,6 +63,9 @@ class RNNSeq2Seq(nn.Module):
         window: ``D`` of the local alignments.
         input_feeding: Luong's input feeding (ignored for Bahdanau, whose query already is the
             state that read ``c_{i-1}``).
+        query: Bahdanau's query: ``"previous_state"`` (the paper's ``s_{i-1}``) or
+            ``"conditional"`` (the conditional GRU's ``s'_i = GRU_1(E y_{i-1}, s_{i-1})``, which
+            has read the word just emitted; see :mod:`attnkit.models.bahdanau_decoder`).
         max_source_length: positions scored by the location score.
         pad_id, bos_id, eos_id: special ids.
 
@@ -87,6 +90,7 @@ class RNNSeq2Seq(nn.Module):
         dropout: float = 0.0,
         window: int = 10,
         input_feeding: bool = True,
+        query: Literal["previous_state", "conditional"] = "previous_state",
         max_source_length: int = 100,
         pad_id: int = 0,
         bos_id: int = 2,
@@ -105,6 +109,10 @@ class RNNSeq2Seq(nn.Module):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if style == "luong" and query != "previous_state":
+            raise ValueError(
+                f"query {query!r} is Bahdanau's; style 'luong' queries its current state"
+            )
         if style == "bahdanau" and num_layers != 1:
             raise ValueError(f"style 'bahdanau' has one layer, got num_layers={num_layers}")
         if not 0.0 <= dropout < 1.0:
@@ -133,7 +141,7 @@ class RNNSeq2Seq(nn.Module):
         self.decoder: BahdanauDecoder | LuongDecoder
         if style == "bahdanau":
             self.decoder = BahdanauDecoder(
-                target_vocab_size, embed_dim, hidden_dim, d_key, attention, dropout
+                target_vocab_size, embed_dim, hidden_dim, d_key, attention, dropout, query
             )
         else:
             self.decoder = LuongDecoder(

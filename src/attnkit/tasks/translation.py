@@ -24,25 +24,36 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
 from attnkit.checkpoint import atomic_write
-from attnkit.config import TASKS, ConfigError, ModelSection, RunConfig, check_attention_kind
+from attnkit.config import (
+    ARCHITECTURE_DATA_KEYS,
+    TASKS,
+    ConfigError,
+    DataConfig,
+    ModelSection,
+    RunConfig,
+    check_attention_kind,
+)
 from attnkit.data.batching import Batch, Batches, encode
 from attnkit.data.corpus import Example, Links, Vocabularies
 from attnkit.data.fast_align import FastAlign
 from attnkit.data.hansards import load_hansards, missing_files
 from attnkit.data.ibm_model1 import IBMModel1
+from attnkit.data.multi30k import detokenize as moses_detokenize
+from attnkit.data.multi30k import load_multi30k, read_sentences
 from attnkit.data.pharaoh import format_pharaoh, parse_pharaoh
 from attnkit.data.symmetrize import symmetrize, transpose_links
 from attnkit.data.tatoeba import load_tatoeba
 from attnkit.data.tatoeba_gold import load_tatoeba_gold
 from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.evaluate.alignment import corpus_alignment_error_rate, links_from_weights
+from attnkit.evaluate.bleu import detokenized_bleu, token_bleu
 from attnkit.evaluate.supervised import supervised_attention_loss
 from attnkit.evaluate.translation import (
     corpus_loss,
@@ -95,6 +106,8 @@ def _load_corpus(config: RunConfig) -> dict[str, list[Example]]:
     data = config.data
     if data.corpus == "tatoeba":
         return load_tatoeba(max_length=data.max_length, max_pairs=data.max_pairs)
+    if isinstance(data, Multi30kData):
+        return _load_multi30k(data)
     root = Path(data.root or "")
     if not root.is_dir():
         raise ConfigError(f"data.root: no such directory {str(root)!r}")
@@ -105,6 +118,56 @@ def _load_corpus(config: RunConfig) -> dict[str, list[Example]]:
             f"{', '.join(str(root / name) for name in missing)})"
         )
     return load_hansards(root, max_length=data.max_length, max_pairs=data.max_pairs)
+
+
+class Multi30kData(DataConfig):
+    """Multi30k task 1 (Elliott et al. 2016): the languages, and the case of the tokens.
+
+    ``root`` is the shared data folder (its ``multi30k`` folder is read). ``max_length`` and
+    ``max_pairs`` cut the training split only: BLEU is always on the whole valid/test split.
+    """
+
+    root: str | None = Field(
+        "../shared/data", description="the shared data folder holding the multi30k folder"
+    )
+    source_lang: Literal["de", "en", "fr"] = "de"
+    target_lang: Literal["de", "en", "fr"] = "en"
+    lowercase: bool = Field(
+        False, description="lower-case the Moses tokens (BLEU is then case-insensitive too)"
+    )
+
+    @model_validator(mode="after")
+    def _languages_differ(self) -> Multi30kData:
+        if self.source_lang == self.target_lang:
+            raise ValueError(
+                f"target_lang: must differ from source_lang, got {self.target_lang!r} twice"
+            )
+        return self
+
+    def directory(self) -> Path:
+        """The ``multi30k`` folder of :attr:`root` (``ConfigError`` naming it when absent)."""
+        path = Path(self.root or "") / "multi30k"
+        if not path.is_dir():
+            raise ConfigError(
+                f"data.root: expected the shared data folder holding multi30k/, got "
+                f"{self.root!r} (no {str(path)!r})"
+            )
+        return path
+
+
+def _load_multi30k(data: Multi30kData) -> dict[str, list[Example]]:
+    """The Multi30k splits of ``data``; ``max_length`` drops long *training* pairs only."""
+    splits = load_multi30k(
+        data.directory(),
+        data.source_lang,
+        data.target_lang,
+        lowercase=data.lowercase,
+        max_pairs=data.max_pairs,
+    )
+    if data.max_length is not None:
+        limit = data.max_length
+        splits["train"] = [e for e in splits["train"] if max(len(e.source), len(e.target)) <= limit]
+    return splits
 
 
 class RNNModelConfig(ModelSection):
@@ -121,12 +184,33 @@ class RNNModelConfig(ModelSection):
     window: int = Field(10, ge=1, description="D of the local alignments (Luong et al. use 10)")
     input_feeding: bool = True
     max_source_length: int = Field(100, ge=1, description="positions of the location score")
+    query: Literal["previous_state", "conditional"] = Field(
+        "previous_state",
+        description="bahdanau: the attention's query, the paper's s_{i-1} or the conditional "
+        "GRU's s'_i = GRU_1(E y_{i-1}, s_{i-1}), which has read the word just emitted",
+    )
 
     def describe(self) -> str:
-        return f"{self.style} GRU encoder-decoder, {self.score} score, {self.align} alignment"
+        query = ", conditional-GRU query" if self.query == "conditional" else ""
+        return (
+            f"{self.style} GRU encoder-decoder, {self.score} score, {self.align} alignment{query}"
+        )
+
+    def architecture(self) -> dict[str, Any]:
+        # the paper's query is what every run had before this key existed: leaving the default
+        # out keeps the fingerprints of those runs' checkpoints
+        keys = super().architecture()
+        if keys["query"] == "previous_state":
+            del keys["query"]
+        return keys
 
     @model_validator(mode="after")
     def _bahdanau_is_additive(self) -> RNNModelConfig:
+        if self.style == "luong" and self.query != "previous_state":
+            raise ValueError(
+                f"query: {self.query!r} is a query of the bahdanau style; luong queries its "
+                "current state"
+            )
         if self.style == "bahdanau" and (self.score, self.align) != ("additive", "global"):
             raise ValueError(
                 "score/align: the bahdanau style is additive (concat) global attention; "
@@ -227,6 +311,7 @@ def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
             dropout=m.dropout,
             window=m.window,
             input_feeding=m.input_feeding,
+            query=m.query,
             max_source_length=m.max_source_length,
         )
     if not isinstance(m, TransformerModelConfig):
@@ -693,6 +778,152 @@ class TranslationJob(Job):
         )
         path = Path(output) if output is not None else directory / f"view-{slug(sentence)}.html"
         return write_viewer(path, shown.maps, title=title, notes="\n".join(notes))
+
+
+@TASKS.register("multi30k")
+class Multi30kTranslationJob(TranslationJob):
+    """Translation on Multi30k (``data`` is :class:`Multi30kData`, German → English by default),
+    scored the two ways published figures are (:mod:`attnkit.evaluate.bleu`): sacrebleu on
+    Moses-detokenised output against the raw references, with its signature, and corpus BLEU on
+    lower-cased tokens (the pytorch-seq2seq tutorials' way) — each for greedy search and for the
+    beam of ``decode.beam_size``.
+
+    Results (besides the teacher-forced loss): ``"bleu"`` (sacrebleu, greedy), ``"sacrebleu"``
+    ``{"greedy", "beam", "beam_size", "signature"}`` and ``"bleu_lowercased_tokens"``
+    ``{"greedy", "beam", "beam_size"}``.
+    """
+
+    data_section: ClassVar[type[DataConfig]] = Multi30kData
+    architecture_data_keys: ClassVar[tuple[str, ...]] = (
+        *ARCHITECTURE_DATA_KEYS,
+        "source_lang",
+        "target_lang",
+        "lowercase",
+    )
+
+    @classmethod
+    def check_config(cls, config: RunConfig) -> None:
+        super().check_config(config)
+        if config.data.reverse:
+            raise ValueError(
+                "data.reverse: Multi30k names its direction; swap data.source_lang and "
+                "data.target_lang instead"
+            )
+
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(config)
+        self._references: dict[tuple[tuple[str, ...], tuple[str, ...]], str] | None = None
+
+    @property
+    def data(self) -> Multi30kData:
+        data = self.config.data
+        assert isinstance(data, Multi30kData)  # the registry validated data with data_section
+        return data
+
+    def references(self, examples: Sequence[Example]) -> list[str]:
+        """The raw reference sentence of each example (of the valid or test split), for
+        sacrebleu; a pair of neither split (an ``attnkit eval`` of the training split) gets its
+        reference tokens Moses-detokenised."""
+        if self._references is None:
+            data, raw = self.data, {}
+            for split in ("valid", "test"):
+                texts = read_sentences(data.directory(), split, data.target_lang)
+                for example, text in zip(self.examples[split], texts, strict=True):
+                    raw[(example.source, example.target)] = text
+            self._references = raw
+        return [
+            self._references.get(
+                (e.source, e.target), moses_detokenize(list(e.target), self.data.target_lang)
+            )
+            for e in examples
+        ]
+
+    def evaluate(
+        self,
+        model: nn.Module,
+        examples: Sequence[Any],
+        *,
+        beam_size: int | None = None,
+        quiet: bool = True,
+    ) -> dict[str, Any]:
+        config, data, vocab = self.config, self.data, self.vocabularies
+        limit = config.decode.max_eval_sentences
+        chosen: list[Example] = list(examples[:limit] if limit else examples)
+        beam = beam_size or config.decode.beam_size
+        results: dict[str, Any] = {"sentences": len(chosen), "beam_size": 1}
+        encoded = encode(chosen, vocab.source, vocab.target)
+        results.update(corpus_loss(model, encoded, config.train.batch_size))
+        references = self.references(chosen)
+        sources = [list(e.source) for e in chosen]
+        searches = {"greedy": 1} if beam == 1 else {"greedy": 1, "beam": beam}
+        sacre: dict[str, Any] = {"beam_size": beam}
+        lowercased: dict[str, Any] = {"beam_size": beam}
+        hypotheses: list[str] = []
+        for search, width in searches.items():
+            started = time.perf_counter()
+            tokens = [
+                t
+                for t, _ in translate(
+                    model,
+                    vocab,
+                    sources,
+                    beam_size=width,
+                    max_length=config.decode.max_length,
+                    batch_size=config.train.batch_size,
+                )
+            ]
+            detokenized = [moses_detokenize(t, data.target_lang) for t in tokens]
+            sacre[search], sacre["signature"] = detokenized_bleu(
+                detokenized, references, lowercase=data.lowercase
+            )
+            lowercased[search] = token_bleu(tokens, [list(e.target) for e in chosen])
+            sacre[f"{search}_seconds"] = round(time.perf_counter() - started, 1)
+            if search == "greedy":
+                hypotheses = detokenized
+        results["bleu"] = sacre["greedy"]
+        results["sacrebleu"] = sacre
+        results["bleu_lowercased_tokens"] = lowercased
+        results["samples"] = [
+            {
+                "source": moses_detokenize(list(e.source), data.source_lang),
+                "reference": r,
+                "hypothesis": h,
+            }
+            for e, r, h in list(zip(chosen, references, hypotheses, strict=True))[:5]
+        ]
+        return results
+
+    def _bleu_rows(self, results: Mapping[str, Any]) -> list[tuple[str, str]]:
+        sacre, lowercased = results["sacrebleu"], results["bleu_lowercased_tokens"]
+        rows = [("greedy", "greedy")]
+        if "beam" in sacre:
+            rows.append(("beam", f"beam {sacre['beam_size']}"))
+        return [
+            (
+                label,
+                f"sacreBLEU {sacre[key]:.2f}, BLEU on lower-cased tokens {lowercased[key]:.2f}",
+            )
+            for key, label in rows
+        ]
+
+    def summary(self, results: Mapping[str, Any]) -> dict[str, Any]:
+        rows: dict[str, Any] = {"test sentences": results["sentences"]}
+        for label, text in self._bleu_rows(results):
+            rows[f"test BLEU, {label}"] = text
+        rows["sacrebleu signature"] = results["sacrebleu"]["signature"]
+        return rows
+
+    def describe_results(self, results: Mapping[str, Any]) -> list[str]:
+        lines = [
+            f"{results['sentences']} sentences",
+            f"  loss        {results['loss']:.4f}   (perplexity {results['perplexity']:.2f})",
+        ]
+        lines += [f"  {label:<7} {text}" for label, text in self._bleu_rows(results)]
+        lines.append(f"  sacrebleu signature {results['sacrebleu']['signature']}")
+        return lines
+
+    def headline(self, results: Mapping[str, Any]) -> str:
+        return f"test {'; '.join(f'{label}: {text}' for label, text in self._bleu_rows(results))} on {results['sentences']} sentences"
 
 
 def _choice(scores: Mapping[str, Any]) -> str:
