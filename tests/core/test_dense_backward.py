@@ -81,3 +81,14 @@ def test_a_frozen_float_mask_and_grouped_keys() -> None:
     for g, r in zip(got, gold, strict=True):
         assert g.shape == r.shape
         torch.testing.assert_close(g, r, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("m", "n"), [(0, 5), (4, 0), (0, 0)])
+def test_empty_query_or_key_sets(m: int, n: int) -> None:
+    q = torch.randn(1, 2, m, 3, dtype=F64, requires_grad=True)
+    k = torch.randn(1, 2, n, 3, dtype=F64, requires_grad=True)
+    v = torch.randn(1, 2, n, 4, dtype=F64, requires_grad=True)
+    out = ak.attention(q, k, v, return_weights=True, backend="dense")
+    assert out.context.shape == (1, 2, m, 4) and not out.context.abs().sum()  # zeros, not NaN
+    grads = torch.autograd.grad(out.context.sum(), (q, k, v), allow_unused=True)
+    assert all(g is None or not g.abs().sum() for g in grads)

@@ -150,10 +150,10 @@ BACKWARD_BLOCK = 64 << 20
 def _block(h: int, m: int, n: int, item: int) -> tuple[int, int]:
     """Heads and query rows per step of :class:`_SoftmaxAttention`'s backward: as many heads as
     fit :data:`BACKWARD_BLOCK` with all their rows, else one head and as many rows as fit."""
-    per_head = m * n * item
+    per_head = max(1, m * n * item)  # empty sets of queries or keys: one step of nothing
     if per_head <= BACKWARD_BLOCK:
-        return max(1, min(h, BACKWARD_BLOCK // per_head)), m
-    return 1, max(1, BACKWARD_BLOCK // (n * item))
+        return max(1, min(h, BACKWARD_BLOCK // per_head)), max(1, m)
+    return 1, max(1, BACKWARD_BLOCK // (n * item))  # n > 0 here
 
 
 class _SoftmaxAttention(torch.autograd.Function):
