@@ -280,3 +280,35 @@ def test_no_docstring_or_comment_uses_n_for_the_batch() -> None:
             if token.type in (tokenize.COMMENT, tokenize.STRING) and BATCH_N.search(token.string):
                 found.append(f"{path.relative_to(SRC)}:{token.start[0]}")
     assert not found, "N as the batch (the legend's letter is B):\n" + "\n".join(found)
+
+
+def test_no_submodule_hides_a_name_its_package_exports() -> None:
+    """Importing ``pkg.name`` binds the submodule as ``pkg.name``: a submodule named like a
+    function its package exports (``attnkit.evaluate.bleu`` next to ``evaluate.bleu()``) would
+    turn that function into a module for every later ``from pkg import name``."""
+    import importlib
+    import pkgutil
+    import types
+
+    import attnkit
+
+    infos = [
+        info
+        for info in pkgutil.walk_packages(attnkit.__path__, "attnkit.")
+        if not info.name.split(".")[-1].startswith("_") and "huggingface" not in info.name
+    ]  # private modules and the optional Hugging Face integration aside
+    packages = [attnkit] + [importlib.import_module(i.name) for i in infos if i.ispkg]
+    exported = {
+        (package.__name__, name): getattr(package, name)
+        for package in packages
+        for name in getattr(package, "__all__", ())
+        if not isinstance(getattr(package, name), types.ModuleType)
+    }
+    for info in infos:
+        importlib.import_module(info.name)
+    hidden = [
+        f"{package}.{name}"
+        for (package, name), value in exported.items()
+        if getattr(importlib.import_module(package), name) is not value
+    ]
+    assert hidden == []

@@ -1,4 +1,4 @@
-"""attnkit.evaluate.bleu: corpus BLEU on tokens against Papineni et al.'s formula written here in
+"""attnkit.evaluate.bleu_forms: corpus BLEU on tokens against Papineni et al.'s formula written here in
 float64, and sacrebleu's detokenised BLEU with its signature."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from attnkit.evaluate.bleu import detokenized_bleu, token_bleu
+from attnkit.evaluate.bleu_forms import detokenized_bleu, token_bleu
 
 
 def papineni(hypotheses, references) -> float:

@@ -53,7 +53,7 @@ from attnkit.data.tatoeba import load_tatoeba
 from attnkit.data.tatoeba_gold import load_tatoeba_gold
 from attnkit.data.tokenize import detokenize, tokenize
 from attnkit.evaluate.alignment import corpus_alignment_error_rate, links_from_weights
-from attnkit.evaluate.bleu import detokenized_bleu, token_bleu
+from attnkit.evaluate.bleu_forms import detokenized_bleu, token_bleu
 from attnkit.evaluate.supervised import supervised_attention_loss
 from attnkit.evaluate.translation import (
     corpus_loss,
@@ -783,7 +783,7 @@ class TranslationJob(Job):
 @TASKS.register("multi30k")
 class Multi30kTranslationJob(TranslationJob):
     """Translation on Multi30k (``data`` is :class:`Multi30kData`, German → English by default),
-    scored the two ways published figures are (:mod:`attnkit.evaluate.bleu`): sacrebleu on
+    scored the two ways published figures are (:mod:`attnkit.evaluate.bleu_forms`): sacrebleu on
     Moses-detokenised output against the raw references, with its signature, and corpus BLEU on
     lower-cased tokens (the pytorch-seq2seq tutorials' way) — each for greedy search and for the
     beam of ``decode.beam_size``.
