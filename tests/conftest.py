@@ -1,6 +1,9 @@
 """Test-wide settings, and fixtures used in more than one directory."""
 
+import atexit
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,14 @@ import attnkit.tasks  # noqa: F401  (registers the built-in tasks that configura
 # `make test` runs two pytest workers on two cores: one thread each avoids oversubscription, under
 # which tiny torch ops were seen to take ~15 ms instead of microseconds.
 torch.set_num_threads(1)
+
+# Kernels compiled by the flex backend go to a cache of this process's own: inductor's default,
+# /tmp/torchinductor_<user>, is shared by every process of the user, and a kernel another process
+# was still writing has been read half-written there ("file too short").
+if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    _KERNELS = tempfile.mkdtemp(prefix="attnkit-tests-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = _KERNELS
+    atexit.register(shutil.rmtree, _KERNELS, ignore_errors=True)
 
 
 # Tests skipped for a missing optional package or system tool (PyTorch Geometric, Chromium) start
