@@ -125,6 +125,8 @@ def run_seed(
             train(config, resume=run_dir, quiet=quiet, log=log)
         else:
             train(config, run_dir=run_dir, quiet=quiet, log=log)
+    else:
+        _check_same_settings(config, run_dir)
     try:
         finished = json.loads(results.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
@@ -134,6 +136,35 @@ def run_seed(
     per_step = statistics.median(steps) if steps else math.nan
     value = _value(config, finished, results)
     return Seed(seed, value, minutes, run_dir, _last_valid(run_dir), per_step)
+
+
+def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"train.steps": 3270, ...}`` of a nested mapping."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _check_same_settings(config: RunConfig, run_dir: Path) -> None:
+    """Refuse to read back a finished seed trained with other settings than ``config`` (a
+    configuration changed since): its result would stand for a model the config no longer
+    describes. Where the data folder is (``data.root``) may differ."""
+    saved = _flat(load_config(run_dir / "config.yaml").model_dump(mode="json"))
+    given = _flat(config.model_dump(mode="json"))
+    differ = [
+        f"{key} (saved {saved.get(key, '<absent>')!r}, now {given.get(key, '<absent>')!r})"
+        for key in sorted(set(saved) | set(given))
+        if key != "data.root" and saved.get(key, "<absent>") != given.get(key, "<absent>")
+    ]
+    if differ:
+        raise ValueError(
+            f"{run_dir}: a finished seed trained with other settings: {'; '.join(differ)}; "
+            "move it aside (or give another --runs-dir) to train it again"
+        )
 
 
 def run_peer(config: RunConfig, seed: int, path: Path, log: Log) -> dict[str, Any] | None:
@@ -148,6 +179,7 @@ def run_peer(config: RunConfig, seed: int, path: Path, log: Log) -> dict[str, An
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(result))
     return result  # type: ignore[no-any-return]
+
 
 def uniform_count(spec: ReproduceSection, count: int) -> int:
     """Seeds of the uniform-attention model: ``reproduce.uniform_seeds`` (at most ``count``, the

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import yaml
 
 from attnkit.cli import main
 from attnkit.early_stopping import EarlyStopping
@@ -66,6 +67,24 @@ def test_an_interrupted_seed_resumes_to_the_same_result(shared_data, tmp_path, c
     assert main([*argv, "--runs-dir", str(tmp_path / "cut"), "--quiet"]) == 0
     resumed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert resumed["values"] == whole["values"]
+
+
+def test_a_finished_seed_of_other_settings_is_refused(shared_data, tmp_path, capsys):
+    """A configuration changed since a seed finished: reading its result back would report a
+    model the configuration no longer describes."""
+    argv = ["reproduce", "gat-cora", "--quick", "--no-uniform", "--data", str(shared_data),
+            "--runs-dir", str(tmp_path), "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    seed = tmp_path / "reproduce" / "gat-cora-quick" / "seed-0"
+    saved = yaml.safe_load((seed / "config.yaml").read_text())
+    saved["train"]["lr"] = 0.5  # as if trained before the configuration's lr changed
+    (seed / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "a finished seed trained with other settings" in err
+    assert "train.lr (saved 0.5, now 0.005)" in err and str(seed) in err
+    assert main([*argv[:-3], "--runs-dir", str(tmp_path / "elsewhere"), "--quiet"]) == 0
 
 
 def _stopper_trace(losses, accuracies, patience):
