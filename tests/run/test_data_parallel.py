@@ -74,6 +74,14 @@ def _torchrun(
     )
 
 
+def _why(done: subprocess.CompletedProcess) -> str:
+    """What a failed launch printed that says why: the ranks' own error lines (torchrun's
+    summary, at the end, only names the signal), then the end of stderr."""
+    causes = [line for line in done.stderr.splitlines()
+              if any(word in line for word in ("Error", "error:", "terminate", "what()"))]  # fmt: skip
+    return "\n".join(causes[:20]) + "\n...\n" + done.stderr[-1500:]
+
+
 def _weights(run_dir: Path) -> dict:
     return load_file(run_dir / "checkpoints" / "step-00000004.safetensors")
 
@@ -105,7 +113,7 @@ def test_two_processes_match_one(tmp_path, style):
     config_path.write_text(yaml.safe_dump(raw))
     single = train(validate(raw), run_dir=tmp_path / "single", quiet=True, log=lambda _: None)
     done = _torchrun(config_path, "--run-dir", str(tmp_path / "ddp"))
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, _why(done)
     assert done.stdout.count("run directory:") == 1  # rank 0 alone reports
     a, b = _weights(single.path), _weights(tmp_path / "ddp")
     keys = [k for k in a if k.startswith(("model.", "optimizer."))]
@@ -224,7 +232,7 @@ def test_only_rank_0_writes_the_run(tmp_path, single_tiny):
     done = _torchrun(
         config_path, "--run-dir", str(run_dir), script=script, env={"AK_TEST_WRITES": str(tmp_path)}
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, _why(done)
     writes = [json.loads((tmp_path / f"writes-{r}.json").read_text()) for r in (0, 1)]
     assert writes[1] == []  # rank 1 wrote, created, renamed or removed nothing in the run
     written = {Path(path).relative_to(run_dir.resolve()).as_posix() for _, path in writes[0]}
