@@ -163,8 +163,8 @@ class _SoftmaxAttention(torch.autograd.Function):
     scores' gradient, four ``[B, H, M, N]`` tensors at the backward's peak. Here the forward
     writes the weights over the scores, and the backward reads them in blocks of heads (of query
     rows, when one head is larger), so its temporaries stay within :data:`BACKWARD_BLOCK`
-    whatever ``H·M·N``. Per block, with ``δc``
-    the context's gradient, ``δa`` the weights' (if they were used) and ``δl`` the lse's::
+    whatever ``H·M·N``. Per block, with ``δc`` the context's gradient, ``δa`` the weights' (if
+    they were used) and ``δl`` the lse's::
 
         δv = aᵀ δc
         δa' = δc vᵀ + δa
@@ -172,8 +172,8 @@ class _SoftmaxAttention(torch.autograd.Function):
         δq' = scale · δs k'        δk' = scale · δs ᵀ q'
 
     ``Σ_j a_j δa'_j`` is ``Σ_d δc_d c_d`` when the weights get no gradient (``c = a v``): an
-    ``[M, Dv]`` product instead of an ``[M, N]`` one. The same products and the same number of
-    ``[M, N]`` passes as autograd's, so no time is lost.
+    ``[M, Dv]`` product instead of an ``[M, N]`` one. The products are autograd's; whether the
+    blocks cost time is for ``benchmarks/`` to measure, not assumed here.
     """
 
     @staticmethod
