@@ -32,30 +32,31 @@ five benchmarks.
 
 from __future__ import annotations
 
-import functools
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 import torch
 from pydantic import Field
 from torch import Tensor, nn
 
 from attnkit.config import ARCHITECTURE_DATA_KEYS, TASKS, DataConfig, RunConfig
 from attnkit.data.absa import POLARITIES, AspectExample, load_absa
-from attnkit.data.glove import embedding_matrix, load_glove
+from attnkit.data.glove import embedding_matrix
 from attnkit.data.vocabulary import PAD, Vocabulary
 from attnkit.models.lcr_rot_hop import LCRRotHop
 from attnkit.tasks.base import WordTask, pad_ids
+from attnkit.tasks.sentence_benchmarks import (  # one read per process
+    GLOVE_DIM,
+    GLOVE_DIR,
+    glove_vectors,
+)
 from attnkit.tasks.target_sentiment import LCRRotHopModelConfig
 
 #: the shared data folder read when ``data.root`` is not given
 SHARED_DATA = "../shared/data"
 ABSA_DIR = "absa"
-GLOVE_DIR = "glove-6b-50d"
-GLOVE_DIM = 50
 #: half-width of the uniform draw of ``data.embeddings: random``
 RANDOM_RANGE = 0.25
 
@@ -94,12 +95,6 @@ class AspectLCRRotHopConfig(LCRRotHopModelConfig):
         if self.hops == 1:
             return "LCR-Rot (Zheng & Xia 2018)"
         return f"LCR-Rot-hop (Wallaart & Frasincar 2019), {self.hops} hops"
-
-
-@functools.lru_cache(maxsize=1)
-def _glove_vectors(path: str) -> dict[str, np.ndarray]:
-    # one read per process: a reproduction builds the model of every seed from the same file
-    return load_glove(path, dim=GLOVE_DIM)
 
 
 class AspectSentiment(WordTask):
@@ -179,7 +174,7 @@ class AspectSentiment(WordTask):
         state = super().fit(train)
         if self.config.data.glove_vocabulary:
             seen = set(self.words.itos)
-            vectors = _glove_vectors(str(self.root / GLOVE_DIR))
+            vectors = glove_vectors(str(self.root / GLOVE_DIR))
             extra = [w for w in vectors if w not in seen]
             state = {"words": Vocabulary([*self.words.itos, *extra]).to_dict()}
             self.restore(state)
@@ -202,7 +197,7 @@ class AspectSentiment(WordTask):
             weight = (torch.rand(shape, generator=generator) * 2 - 1) * RANDOM_RANGE
             weight[PAD] = 0.0
             return weight
-        vectors = _glove_vectors(str(self.root / GLOVE_DIR))
+        vectors = glove_vectors(str(self.root / GLOVE_DIR))
         weight, self.coverage = embedding_matrix(self.words, vectors, seed=self.config.seed)
         return weight
 

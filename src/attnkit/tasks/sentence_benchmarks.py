@@ -183,7 +183,7 @@ def _sst_sentences(
 
 
 @functools.lru_cache(maxsize=1)
-def _glove_vectors(path: str) -> dict[str, np.ndarray]:
+def glove_vectors(path: str) -> dict[str, np.ndarray]:
     # one read per process: a reproduction builds the model of every seed from the same file
     return load_glove(path, dim=GLOVE_DIM)
 
@@ -280,7 +280,7 @@ class SentenceBenchmark(WordTask):
             weight = (torch.rand(shape, generator=generator) * 2 - 1) * RANDOM_RANGE
             weight[PAD] = 0.0
             return weight
-        vectors = _glove_vectors(str(self.root / GLOVE_DIR))
+        vectors = glove_vectors(str(self.root / GLOVE_DIR))
         weight, self.coverage = embedding_matrix(self.words, vectors, seed=self.config.seed)
         return weight
 
