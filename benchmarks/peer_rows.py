@@ -116,6 +116,14 @@ def softcap(s: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
     return 30 * torch.tanh(s / 30)
 
 
+#: ALiBi's head slopes for 8 heads, 2^(-8h/H) (Press et al. 2022), a tensor the score_mod indexes
+ALIBI_SLOPES = 2.0 ** (-torch.arange(1, HEADS + 1, dtype=torch.float32))
+
+
+def alibi(s: Tensor, b: Tensor, h: Tensor, i: Tensor, j: Tensor) -> Tensor:
+    return s - ALIBI_SLOPES[h] * (i - j).abs()
+
+
 def heads_of(x: Tensor) -> Tensor:
     return x.unflatten(-1, (HEADS, -1)).transpose(1, 2)  # [B, n, H·d] -> [B, H, n, d]
 
@@ -386,6 +394,14 @@ def build_softcap(impl: str, cfg: dict) -> Callable[[], object]:
     return timed(lambda: peer(q, k, v)[0], [], False)
 
 
+def build_alibi(impl: str, cfg: dict) -> Callable[[], object]:
+    q, k, v = qkv(cfg["n"], False)
+    if impl == "attnkit":
+        return timed(lambda: ak.attention(q, k, v, score_mod=alibi).context, [], False)
+    flex = compiled_flex()
+    return timed(lambda: flex(q, k, v, score_mod=alibi), [], False)
+
+
 def build_additive(impl: str, cfg: dict) -> Callable[[], object]:
     q, k, v = qkv(cfg["n"], True, heads=1)
     torch.manual_seed(0)
@@ -648,6 +664,16 @@ ROWS = [
         "128-query tiles; B·H·n² >= 2^25 from n = 2048) and `--quick`'s n = 128 on `tiled`; "
         "the peer calls compiled FlexAttention without a block mask, as users do. Memory is "
         "measured on the call after the one that compiled.",
+    ),
+    Row(
+        "alibi",
+        "ALiBi `score_mod` (s − m_h·|i − j|, slopes 2^−h) vs compiled FlexAttention",
+        build_alibi,
+        lambda quick: grid(n=[128] if quick else [2048, 4096, 8192], mode=["fwd"]),
+        {"flex": Peer("torch.compile(flex_attention)")},
+        note="As the `softcap` row: attnkit runs these calls on its `flex` backend, so the ratio "
+        "measures its block sizes and dispatch against FlexAttention's defaults, not another "
+        "kernel. The slopes are a tensor the score_mod indexes by head.",
     ),
     Row(
         "additive",
