@@ -149,7 +149,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _translate(args: argparse.Namespace) -> int:
-    from attnkit.data.tokenize import detokenize, tokenize
     from attnkit.evaluate.translation import translate
     from attnkit.report import Alignment, format_matrix
     from attnkit.run import Run, check_beam, lower_when_out_of_memory
@@ -166,7 +165,7 @@ def _translate(args: argparse.Namespace) -> int:
     beam = check_beam(run, args.beam)
     model, _ = run.load_model(finite=True)
     for sentence in sentences:
-        source = tokenize(sentence, "en")
+        source = run.job.tokenize_source(sentence)
         if not source:
             raise ValueError(f"nothing to translate in {sentence!r}")
         with lower_when_out_of_memory(_beam_option(args.beam), beam):
@@ -177,7 +176,7 @@ def _translate(args: argparse.Namespace) -> int:
                 beam_size=beam,
                 max_length=run.config.decode.max_length,
             )
-        print(detokenize(target, "fr"))
+        print(run.job.detokenize_target(target))
         if not args.no_attention:
             known = [w if w in vocabularies.source else f"{w}(unk)" for w in source]
             print(format_matrix(Alignment(known, [*target, "<eos>"], weights)))

@@ -72,3 +72,31 @@ def test_quick_reproduction(name: str, shared_data, tmp_path) -> None:
     with gzip.open(first, "rt", encoding="utf-8") as text:
         assert results["samples"][0]["reference"] == text.readline().rstrip("\n")
     assert (tmp_path / "reproduce" / f"{name}-quick-uniform" / "seed-0" / "results.json").is_file()
+
+
+def test_translate_reads_german_and_writes_english(shared_data, tmp_path, capsys) -> None:
+    """``attnkit translate`` on a Multi30k run tokenises the input as the run's source language
+    (Moses, German, cased) and detokenises as its target language, not as English → French."""
+    if not (shared_data / "multi30k").is_dir():
+        pytest.skip(f"the shared data pack has no multi30k folder ({shared_data / 'multi30k'})")
+    from attnkit.cli import main
+    from attnkit.data.multi30k import tokenize
+
+    reproduce.reproduce(
+        "bahdanau-multi30k",
+        data=str(shared_data),
+        quick=True,
+        runs_dir=tmp_path,
+        log=lambda _: None,
+        seeds=1,
+    )
+    run = tmp_path / "reproduce" / "bahdanau-multi30k-quick" / "seed-0"
+    sentence = "Zwei Männer stehen draußen."
+    capsys.readouterr()
+    assert main(["translate", str(run), sentence]) == 0
+    printed = capsys.readouterr().out
+    # the matrix's columns are the German Moses tokens (cased; "draußen" and "." apart)
+    header = next(line for line in printed.splitlines() if "Zwei" in line or "zwei" in line)
+    for token in tokenize(sentence, "de"):
+        assert token in header, (token, header)
+    assert "zwei" not in header  # the English tokenizer lower-cases

@@ -47,6 +47,7 @@ from attnkit.data.hansards import load_hansards, missing_files
 from attnkit.data.ibm_model1 import IBMModel1
 from attnkit.data.multi30k import detokenize as moses_detokenize
 from attnkit.data.multi30k import load_multi30k, read_sentences
+from attnkit.data.multi30k import tokenize as moses_tokenize
 from attnkit.data.pharaoh import format_pharaoh, parse_pharaoh
 from attnkit.data.symmetrize import symmetrize, transpose_links
 from attnkit.data.tatoeba import load_tatoeba
@@ -444,7 +445,7 @@ def tatoeba_gold_aer(
 def showcase(config: RunConfig, examples: Mapping[str, Sequence[Example]]) -> list[list[str]]:
     """Tokenised source sentences for the report: the running examples on Tatoeba, the first test
     sentences elsewhere."""
-    if config.data.corpus == "tatoeba":
+    if config.data.corpus == "tatoeba" and not config.data.reverse:
         return [tokenize(s, "en") for s in SHOWCASE]
     return [list(e.source) for e in examples["test"][:4]]
 
@@ -574,6 +575,20 @@ class TranslationJob(Job):
 
     def restore(self, state: dict[str, Any]) -> None:
         self._vocabularies = Vocabularies.from_dict(state)
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        """The source and target language codes: English → French, or the other way with
+        ``data.reverse`` (the corpora's pairs are read English first)."""
+        return ("fr", "en") if self.config.data.reverse else ("en", "fr")
+
+    def tokenize_source(self, sentence: str) -> list[str]:
+        """A user's sentence as the model's source tokens, tokenised as the training data was."""
+        return tokenize(sentence, self.languages[0])
+
+    def detokenize_target(self, tokens: Sequence[str]) -> str:
+        """Decoded target tokens as a sentence of the target language."""
+        return detokenize(list(tokens), self.languages[1])
 
     def build_model(self) -> nn.Module:
         return build_model(self.config, self.vocabularies)
@@ -718,13 +733,13 @@ class TranslationJob(Job):
         output: str | Path | None = None,
         beam_size: int | None = None,
     ) -> Path:
-        """Translate ``sentence`` (English) with ``model`` (the checkpoint of ``step``) and write
+        """Translate ``sentence`` (in the source language) with ``model`` (the checkpoint of ``step``) and write
         the attention viewer page for it (:func:`attnkit.interpret.translation_view.view_translation`).
 
         Args:
             model: the run's model, in eval mode.
             step: its checkpoint's step (shown on the page).
-            sentence: the English input, e.g. ``"I love you."``.
+            sentence: the source-language input, e.g. ``"I love you."``.
             directory: the run directory (the default page is written there).
             output: where to write the page; default ``RUN_DIR/view-<slug of the input>.html``.
             beam_size: beam width of the search; ``None``: the run's ``decode.beam_size``.
@@ -738,7 +753,7 @@ class TranslationJob(Job):
         """
         if not isinstance(sentence, str):
             raise TypeError(f"the input must be a str, got {type(sentence).__name__}")
-        source = tokenize(sentence, "en")
+        source = self.tokenize_source(sentence)
         if not source:
             raise ValueError(f"the input must contain at least one word, got {sentence!r}")
         if beam_size is not None and (
@@ -755,7 +770,7 @@ class TranslationJob(Job):
             beam_size=beam,
             max_length=config.decode.max_length,
         )
-        translation = detokenize(shown.translation, "fr")
+        translation = self.detokenize_target(shown.translation)
         title = f"{directory.name}: \u201c{sentence.strip()}\u201d \u2192 \u201c{translation}\u201d"
         notes = [
             f"model: {describe_model(config)}",
@@ -819,6 +834,17 @@ class Multi30kTranslationJob(TranslationJob):
         data = self.config.data
         assert isinstance(data, Multi30kData)  # the registry validated data with data_section
         return data
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        return self.data.source_lang, self.data.target_lang
+
+    def tokenize_source(self, sentence: str) -> list[str]:
+        """Moses tokens of the source language, lower-cased when the run's data were."""
+        return moses_tokenize(sentence, self.data.source_lang, lowercase=self.data.lowercase)
+
+    def detokenize_target(self, tokens: Sequence[str]) -> str:
+        return moses_detokenize(list(tokens), self.data.target_lang)
 
     def references(self, examples: Sequence[Example]) -> list[str]:
         """The raw reference sentence of each example (of the valid or test split), for
