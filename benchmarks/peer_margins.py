@@ -1,0 +1,131 @@
+"""Margins over the peers: the close rows of benchmarks/peers.py, run several times, with spread.
+
+    python benchmarks/peer_margins.py                   # 3 runs of peers.py; writes docs/benchmarks.md
+    python benchmarks/peer_margins.py --runs 1 --quick  # checks the script (tiny sizes)
+    python benchmarks/peer_margins.py --from r1.txt r2.txt r3.txt   # tables from saved outputs
+
+A ratio within a few percent of 1.0 measured once says little: two idle runs of the same row can
+differ by that much. So this script runs ``peers.py --only ROWS --no-memory --no-write`` ``--runs``
+times, each in a fresh process one after the other (run it alone on an idle machine, 1 thread),
+reads the ratio attnkit/peer of every (row, configuration, pass, peer) from each run's printed
+rows, and gives each ratio per run, their median and spread (max − min), against the margin of
+0.95 (attnkit at least 5% faster). A row whose peer is attnkit's own kernel says so: the ``softcap``
+and ``alibi`` rows run attnkit's ``flex`` backend, i.e. compiled FlexAttention itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import common
+
+#: the rows whose margin is asked for: MHA and the encoder step against torch, weights on demand
+#: against SDPA without weights, score_mod against compiled Flex, Nyström against its package
+ROWS = ("mha", "encoder", "weights", "softcap", "alibi", "nystrom")
+MARGIN = 0.95
+#: peers against which the asked margin is another: weights on demand may cost up to 1.9x SDPA
+#: *without* weights (writing the [B, H, M, N] weights is work SDPA does not do)
+MARGINS = {("weights", "F.scaled_dot_product_attention, no weights"): 1.9}
+PEERS = Path(__file__).resolve().parent / "peers.py"
+
+
+def parse(text: str) -> dict[tuple[str, str, str, str], float]:
+    """``{(row, configuration, pass, peer): attnkit/peer}`` of one peers.py output."""
+    ratios, row = {}, None
+    for line in text.splitlines():
+        if line.startswith("## ") and ":" in line:
+            row = line[3:].split(":", 1)[0].strip()
+        elif row and not line.startswith("|") and line.count(" | ") >= 5:
+            cells = [cell.strip() for cell in line.split(" | ")]
+            try:
+                ratios[(row, cells[0], cells[1], cells[2])] = float(cells[5])
+            except ValueError:  # a peer that could not run prints a reason, not a ratio
+                continue
+    return ratios
+
+
+def run_once(rows: list[str], quick: bool, threads: int) -> str:
+    command = [sys.executable, str(PEERS), "--only", ",".join(rows), "--no-memory", "--no-write"]
+    command += ["--threads", str(threads)] + (["--quick"] if quick else [])
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"peers.py failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def tables(runs: list[dict[tuple[str, str, str, str], float]]) -> tuple[list[str], list]:
+    """Markdown lines (one table per row) and the targets: one per row, its worst median."""
+    by_row: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+    for run in runs:
+        for row, config, mode, peer in run:
+            if (config, mode, peer) not in by_row[row]:
+                by_row[row].append((config, mode, peer))
+    lines, targets = [], []
+    header = ["configuration", "pass", "peer"] + [f"run {i + 1}" for i in range(len(runs))]
+    header += ["median", "spread", "target", "met"]
+    for row in sorted(by_row, key=lambda r: ROWS.index(r) if r in ROWS else len(ROWS)):
+        body, worst = [], (0.0, "")
+        for config, mode, peer in by_row[row]:
+            values = [
+                run[(row, config, mode, peer)] for run in runs if (row, config, mode, peer) in run
+            ]
+            median, margin = statistics.median(values), MARGINS.get((row, peer), MARGIN)
+            worst = max(worst, (median / margin, f"{config}, {mode}, vs {peer}: {median:.2f}x"))
+            body.append(
+                [config, mode, peer, *(f"{v:.2f}" for v in values)]
+                + ["—"] * (len(runs) - len(values))
+                + [f"{median:.2f}", f"{max(values) - min(values):.2f}", f"<= {margin}"]
+                + ["yes" if median <= margin else "no"]
+            )
+        lines += [f"#### `{row}`", "", common.table(header, body), ""]
+        targets.append(
+            [
+                f"margin: {row}, every configuration at its target vs its peer (median of {len(runs)} runs)",
+                f"worst {worst[1]}",
+                worst[0] <= 1.0,
+            ]
+        )
+    return lines, targets
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="runs of peers.py (default 3)")
+    parser.add_argument("--only", type=lambda s: s.split(","), default=list(ROWS))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (checks the script)")
+    parser.add_argument("--from", dest="saved", nargs="+", type=Path, help="saved outputs")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--note", default="", help="appended to the section's note (load, etc.)")
+    args = parser.parse_args()
+    if args.saved:
+        texts = [path.read_text(encoding="utf-8") for path in args.saved]
+    else:
+        texts = []
+        for i in range(args.runs):
+            print(f"run {i + 1}/{args.runs}", flush=True)
+            texts.append(run_once(args.only, args.quick, args.threads))
+    runs = [parse(text) for text in texts]
+    if not any(runs):
+        raise SystemExit("no ratio found in the peers.py output")
+    lines, targets = tables(runs)
+    title = "## Margins over the peers: the close rows, run by run"
+    intro = (
+        f"Each run is one `python benchmarks/peers.py --only ROW,... --no-memory --no-write` "
+        f"({args.threads} thread(s), medians of its interleaved rounds); ratios are attnkit/peer "
+        f"(< 1: attnkit faster), one column per run, then their median and spread. Reproduce: "
+        f"`python benchmarks/peer_margins.py`."
+    )
+    print("\n".join([title, "", intro, "", *lines]))
+    if not (args.no_write or args.quick):
+        common.save_section("peer_margins", [title, "", intro, "", *lines], targets, note=args.note)
+        print(f"wrote {common.write_docs()}")
+
+
+if __name__ == "__main__":
+    main()
