@@ -118,7 +118,7 @@ def rows_for(n: int, repeats: int, limits: dict[str, float], quick: bool) -> lis
                 if name in ("sparsemax", "1.5-entmax"):
                     limit += f"; {s / (b * h * n * n * limits['exp']):.0f} exp passes over M·N"
             rows.append([str(n), "fwd+bwd" if backward else "fwd", name, f"{1e3 * s:.1f}", limit])
-            print(" | ".join(rows[-1]), flush=True)  # a long run shows its progress
+            print(f"  n={n} {rows[-1][1]} {name}: {rows[-1][3]} ms, {limit}", flush=True)
     return rows
 
 

@@ -39,7 +39,7 @@ def step_fn(n: int, backend: str | None):
 
     def step() -> None:
         with nullcontext() if backend is None else ak.backends(backend):
-            out, weights = mha(x, x, x, need_weights=True)
+            out, _weights = mha(x, x, x, need_weights=True)
             out.square().mean().backward()  # the weights are returned (to log, to show), not trained
         x.grad = None
         mha.zero_grad(set_to_none=True)
