@@ -101,7 +101,7 @@ def main() -> None:
             times = common.interleaved_medians(
                 {"engine": step_fn(n, None), "tiled": step_fn(n, "tiled")}, repeats
             )
-        fmt = lambda v: "failed" if v is None else f"{v:,.0f}"  # noqa: E731
+        fmt = lambda v, none="failed": none if v is None else f"{v:,.0f}"  # noqa: E731
         ratio = lambda a, b: "—" if a is None or b is None else f"{a / b:.2f}"  # noqa: E731
         ms = {k: None if v is None else 1e3 * v for k, v in times.items()}
         rows.append(
@@ -111,8 +111,8 @@ def main() -> None:
                 fmt(mib[None]),
                 fmt(mib["tiled"]),
                 ratio(mib[None], mib["tiled"]),
-                fmt(ms["engine"]),
-                fmt(ms["tiled"]),
+                fmt(ms["engine"], "not timed"),
+                fmt(ms["tiled"], "not timed"),
                 ratio(ms["engine"], ms["tiled"]),
             ]
         )
