@@ -31,6 +31,14 @@ MARGIN = 0.95
 #: peers against which the asked margin is another: weights on demand may cost up to 1.9x SDPA
 #: *without* weights (writing the [B, H, M, N] weights is work SDPA does not do)
 MARGINS = {("weights", "F.scaled_dot_product_attention, no weights"): 1.9}
+#: why a row cannot reach its margin, from a measurement (shown only where the target is missed)
+WHY = {
+    "softcap": "at n = 2048-8192 attnkit runs FlexAttention's own compiled kernel (its `flex` "
+    "backend); the ratio measures only its block sizes (128 queries x 1024 keys) against Flex's "
+    "defaults, which win 16-33% from n = 4096 but 2-4% at n = 2048 (medians of 3 runs): 5% below "
+    "the kernel itself would need a faster kernel than FlexAttention's generated C++",
+    "alibi": "as softcap: the same compiled FlexAttention kernel on both sides",
+}
 PEERS = Path(__file__).resolve().parent / "peers.py"
 
 
