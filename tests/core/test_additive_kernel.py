@@ -258,6 +258,19 @@ def test_gradcheck(compiled: None) -> None:
     assert torch.autograd.gradcheck(fn, (q, k, v, *params), fast_mode=True)
 
 
+@pytest.mark.parametrize(("b", "m", "n"), [(0, 5, 9), (2, 0, 9), (2, 5, 0)])
+def test_empty_calls(b: int, m: int, n: int) -> None:
+    """An empty batch or no queries: an empty context; no keys: every row is key-less, zero
+    context and gradients, ``lse = -inf`` (docs/reliability.md). Nothing is compiled: no block
+    has a query and a key."""
+    q, k, v, score = inputs(b, 2, m, n, requires_grad=True)
+    out = ak.attention(q, k, v, score=score, return_lse=True, backend="additive")
+    assert out.context.shape == (b, 2, m, D_V) and not out.context.any()
+    assert torch.isneginf(out.lse).all()
+    out.context.sum().backward()
+    assert all(t.grad is not None and not t.grad.any() for t in (q, k, v))
+
+
 # --- lower precision: the error-ratio criterion -------------------------------------------------
 
 

@@ -221,9 +221,10 @@ def kernel_blocks(x: int, m: int, n: int, d_w: int) -> tuple[int, int, int]:
     """``(block_q, block_k forward, block_k backward)``, powers of two (at least 8, at most the
     lengths rounded up): a backward block holds about :data:`BACKWARD_HIDDEN` hidden units
     ``X · block_q · block_k · d_w``, a forward block :data:`FORWARD_BLOCKS` times as many keys."""
-    side = _pow2_floor(math.sqrt(BACKWARD_HIDDEN / (x * d_w)))
+    per_pair = max(1, x * d_w)  # an empty batch has blocks too (none is computed)
+    side = _pow2_floor(math.sqrt(BACKWARD_HIDDEN / per_pair))
     block_q = min(max(8, min(MAX_BLOCK_Q, side)), _pow2_ceil(m))
-    backward = min(max(8, _pow2_floor(BACKWARD_HIDDEN / (x * d_w * block_q))), _pow2_ceil(n))
+    backward = min(max(8, _pow2_floor(BACKWARD_HIDDEN / (per_pair * block_q))), _pow2_ceil(n))
     forward = min(backward * FORWARD_BLOCKS, _pow2_ceil(n))
     return block_q, forward, backward
 
@@ -384,10 +385,10 @@ class AdditiveKernelFunction(torch.autograd.Function):
         bq, bk = plan.block_q, plan.block_k
         qb, kb, vb = _blocked(qf, bq), _blocked(kf, bk), _blocked(v, bk)
         wd = w.detach()
-        out = qf.new_empty(qb.shape[0], x, bq, v.shape[-1])
-        lse = qf.new_empty(qb.shape[0], x, bq)
+        out = qf.new_zeros(qb.shape[0], x, bq, v.shape[-1])
+        lse = qf.new_zeros(qb.shape[0], x, bq)
         first = True
-        for i in range(qb.shape[0]):
+        for i in range(qb.shape[0] if x else 0):  # an empty batch computes nothing
             row_max = qf.new_full((x, bq), NEG_INF)
             row_sum = qf.new_zeros(x, bq)
             acc = qf.new_zeros(x, bq, v.shape[-1])
@@ -425,7 +426,7 @@ class AdditiveKernelFunction(torch.autograd.Function):
         dw = torch.zeros_like(w)
         wd = w.detach()
         first = True
-        for i in range(qb.shape[0]):
+        for i in range(qb.shape[0] if qf.shape[0] else 0):
             for j in range(kb.shape[0]):
                 bias = plan.bias(i * bq, j * bk, bk)
                 if bias is None:
