@@ -86,6 +86,7 @@ DECLINES = {
     "sdpa": ("tiled", nan_query, "an input holds NaN"),
     "dense": ("tiled", overflowing_weights, "a score may overflow"),
     "flex": ("tiled", small_for_flex, "below"),
+    "additive": ("tiled", small_for_flex, "is not ak.scores.Additive's own"),
     "tiled": ("sparse_rows", sparsemax_call, "align 'sparsemax' is not 'softmax'"),
     "sparse_rows": ("chunked", sparsemax_nan_value, "an input holds NaN"),
 }
@@ -132,8 +133,8 @@ def test_a_declined_call_is_computed_by_the_next_and_reported_so(declining: str)
 
 
 def test_the_whole_engine_walks_past_every_declining_backend() -> None:
-    """Without a scope the loop is the same: a NaN query is declined by sdpa, dense and flex,
-    and computed (and named) by tiled, with attnkit's NaN semantics (only that row is NaN)."""
+    """Without a scope the loop is the same: a NaN query is declined by sdpa, dense, flex and
+    additive, and computed (and named) by tiled, with attnkit's NaN semantics (only that row is NaN)."""
     case = nan_query()
     q, k, v = case["q"], case["k"], case["v"]
     text = ak.explain(q, k, v)
@@ -144,6 +145,7 @@ def test_the_whole_engine_walks_past_every_declining_backend() -> None:
         "passed over sdpa",
         "passed over dense",
         "passed over flex",
+        "passed over additive",
     ]
     assert names == ["tiled"]
     want, _ = scaled_dot_softmax(q, k, v)

@@ -11,7 +11,9 @@ the tests read the same facts.
 Two kinds of reasons:
 
 * declared: what the fields exclude (a score that is not a dot product, weights, a dtype, ...)
-  and the backend's own ``limits`` (e.g. which scores a compiled kernel expresses);
+  and the backend's own ``limits`` (e.g. which scores a compiled kernel expresses) and
+  ``preferences`` (e.g. a call too small to pay for compiling a kernel; like ``only_weights``,
+  these only guide the automatic choice and do not count when the backend is named alone);
 * read from the values: a backend with ``nonfinite=False`` (a fused kernel, or softmax over one
   GEMM) defines no result for NaN, infinities or scores that overflow, so it declines calls
   whose inputs hold them or whose scores may overflow (:func:`overflow_reasons`). These are read
@@ -88,6 +90,9 @@ class Backend:
     gradients: bool = True  # computes gradients (else passed over when autograd needs them)
     # reasons only the backend can judge (e.g. which scores a compiled kernel expresses)
     limits: Callable[[AttentionCall], list[str]] | None = None
+    # reasons that only guide the automatic choice (e.g. a call too small to pay for compiling
+    # a kernel): not counted when the backend is the only one allowed
+    preferences: Callable[[AttentionCall], list[str]] | None = None
     # predicted peak bytes of a call: memory(call, backward) (see memory.py)
     memory: Callable[[AttentionCall, bool], int] | None = None
 
@@ -148,6 +153,8 @@ class Backend:
             )
         if self.limits is not None:
             why.extend(self.limits(call))
+        if self.preferences is not None and not forced:
+            why.extend(self.preferences(call))
         return why
 
     def decline(self, call: AttentionCall, forced: bool = False) -> list[str] | None:

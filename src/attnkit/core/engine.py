@@ -27,6 +27,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnkit.core.additive_kernel import (
+    additive_kernel_attention,
+    additive_kernel_limits,
+    additive_kernel_memory,
+    additive_kernel_preferences,
+)
 from attnkit.core.align import Align, Entmax15, Softmax, Sparsemax
 from attnkit.core.backend import Backend, Declined, needs_gradients
 from attnkit.core.call import AttentionCall, AttentionOutput, prepare
@@ -90,6 +96,22 @@ for _backend in [
         dtypes=FLEX_DTYPES,
         gradients=False,
         limits=flex_limits,
+    ),
+    Backend(
+        "additive",
+        "the additive score's blocks compiled by torch.compile (C++ on the CPU, Triton on "
+        "CUDA): online softmax, backward recomputing tanh per block",
+        additive_kernel_attention,
+        memory=additive_kernel_memory,
+        aligns=(Softmax,),
+        multi_dimensional=False,
+        weights=False,
+        score_mod=False,
+        dropout=False,
+        summary=False,
+        nonfinite=False,
+        limits=additive_kernel_limits,
+        preferences=additive_kernel_preferences,
     ),
     Backend(
         "tiled",
