@@ -52,6 +52,8 @@ def question_summary(encoder, states: torch.Tensor) -> torch.Tensor:
     if encoder.kind == "lstm":
         half = states.shape[-1] // 2
         return torch.cat([states[-1, :half], states[0, half:]])
+    if encoder.kind == "cnn":  # Jain & Wallace max-pool the CNN's states over the tokens
+        return states.max(0).values
     return states.mean(0)
 
 

@@ -3,7 +3,9 @@
 here: Kendall's τ-b by counting pairs, the gradient importance by finite differences with the
 attention held fixed, leave-one-out by re-running each shortened sentence alone, permutations
 against the exhaustive set, the adversarial constraint and a random baseline, the adversary's
-objective and the frozen random attention; and the two commands on a tiny slice."""
+objective and the frozen random attention, the experiment's CNN encoder (Jain & Wallace's widths
+1, 3, 5, 7) by its convolution and additive-attention formulas; and the commands on a tiny slice,
+the CNN among them."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 import torch
 
 from attnkit import explanation as ex
+from attnkit.data.vocabulary import Vocabulary
 from attnkit.evaluate import ablate
 from attnkit.interpret import attention_flow, record
 from attnkit.models.additive_attention_classifier import AdditiveAttentionClassifier
@@ -86,7 +89,7 @@ def test_kendall_is_tau_b_counted_over_pairs() -> None:
             assert 0.0 <= p <= 1.0
 
 
-@pytest.mark.parametrize("encoder", ["average", "lstm"])
+@pytest.mark.parametrize("encoder", ["average", "lstm", "cnn"])
 def test_gradient_importance_is_the_directional_derivative_with_attention_fixed(
     encoder: str,
 ) -> None:
@@ -230,6 +233,7 @@ def run(capsys, *args: str) -> tuple[str, dict]:
 
 def test_jain_wallace_command_on_a_tiny_slice_resumes(shared_data, tmp_path, capsys) -> None:
     args = ("jain-wallace", "--quick", "--data", str(shared_data), "--runs-dir", str(tmp_path))
+    args = (*args, "--encoders", "lstm", "average")
     out, result = run(capsys, *args)
     assert "| corpus | encoder | test acc | τ(α, g)" in out
     rows = result["result"]
@@ -245,6 +249,74 @@ def test_jain_wallace_command_on_a_tiny_slice_resumes(shared_data, tmp_path, cap
     again, second = run(capsys, *args)
     assert "epoch 1:" not in again  # models and measures are reused
     assert second["result"] == rows
+
+
+def cnn_states_by_hand(model: AdditiveAttentionClassifier, ids: list[int]) -> torch.Tensor:
+    """Jain & Wallace's CNN encoder, ``h_t = [ReLU(b_k + Σ_j W_k[:, :, j] x_{t+j-⌊k/2⌋})]_k``
+    over the widths ``k`` (zero vectors beyond the sentence), ``[L, Σ_k filters]``, in float64."""
+    x = model.embedding.weight[ids].double()
+    length, columns = len(ids), []
+    for conv in model.encoder.convolutions:
+        w, b, k = conv.weight.double(), conv.bias.double(), conv.kernel_size[0]
+        block = torch.zeros(length, w.shape[0], dtype=torch.float64)
+        for t in range(length):
+            block[t] = b.clone()
+            for j in range(k):
+                s = t + j - k // 2
+                if 0 <= s < length:
+                    block[t] += w[:, :, j] @ x[s]
+        columns.append(block.clamp_min(0))
+    return torch.cat(columns, dim=1)
+
+
+def test_the_experiments_cnn_is_jain_and_wallaces_encoder_with_additive_attention() -> None:
+    setting = ex.encoder_setting(ex.Setting(), "cnn")
+    # their configuration: widths 1, 3, 5, 7 with 128 // 4 filters each, tanh attention of d / 2
+    assert setting.kernel_sizes == (1, 3, 5, 7)
+    assert (setting.hidden_dim, setting.attention_dim) == (32, 64)
+    assert ex.encoder_setting(ex.Setting(), "lstm") == ex.Setting()  # the others are unchanged
+    sentences = [["a", "fine", "film"], ["dull", "and", "long", "and", "bad"], ["good"]]
+    vocabulary = Vocabulary.build(sentences)
+    split = ex.Split([vocabulary.encode(s) for s in sentences], [1, 0, 1])
+    torch.manual_seed(0)
+    corpus = ex.Corpus("tiny", vocabulary, 2, split, split, split, torch.randn(len(vocabulary), 5))
+    model = ex.build_model(corpus, setting).double().eval()
+    assert model.encoder.d_out == 128
+    batch = ex.batch_of(split, [0, 1, 2])
+    with torch.no_grad():
+        states, query = model.encode(model.embed(batch.tokens), batch.mask)
+        _, alpha = model.decode(states, batch.mask, query, return_attention=True)
+    score = model.attention.score
+    for i, ids in enumerate(split.passages):
+        n = len(ids)
+        h = cnn_states_by_hand(model, ids)
+        torch.testing.assert_close(states[i, :n], h)
+        assert torch.all(states[i, n:] == 0)
+        # e_t = wᵀ tanh(W_1 q + W_2 h_t + b), α = softmax(e) over the sentence's tokens
+        hidden = torch.tanh(
+            score.query_proj.weight @ model.query
+            + h @ score.key_proj.weight.T
+            + score.key_proj.bias
+        )
+        e = hidden @ score.out.weight[0]
+        torch.testing.assert_close(alpha[i, :n], e.softmax(0))
+
+
+def test_jain_wallace_command_takes_the_cnn_encoder(shared_data, tmp_path, capsys) -> None:
+    args = ("jain-wallace", "--quick", "--corpora", "sst", "--encoders", "cnn")
+    out, result = run(capsys, *args, "--data", str(shared_data), "--runs-dir", str(tmp_path))
+    assert "| sst | cnn |" in out
+    (row,) = result["result"]
+    assert (row["corpus"], row["encoder"]) == ("sst", "cnn")
+    assert -1 <= row["tau_gradient"]["mean"] <= 1 and row["tau_loo"]["n"] == 6
+    assert 0 <= row["adversarial_tvd"]["mean"] <= row["adversarial_epsilon"]
+    from safetensors.torch import load_file
+
+    weights = load_file(
+        str(tmp_path / "explanation" / "jain-wallace" / "sst-cnn-seed0.safetensors")
+    )
+    widths = [weights[f"encoder.convolutions.{i}.weight"].shape for i in range(4)]
+    assert [s[-1] for s in widths] == [1, 3, 5, 7] and {s[0] for s in widths} == {4}  # 16 // 4
 
 
 def test_wiegreffe_pinter_command_on_a_tiny_slice(shared_data, tmp_path, capsys) -> None:
@@ -263,6 +335,9 @@ def test_bad_arguments_say_what_was_expected(tmp_path, capsys) -> None:
     assert "--data must be the shared data folder" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"corpus must be 'sst' or babi1\.\.babi3"):
         ex.load_corpus("imdb", tmp_path, 0)
+    with pytest.raises(SystemExit):
+        ex.main(["jain-wallace", "--encoders", "rnn", "--data", str(tmp_path)])
+    assert "--encoders: invalid choice: 'rnn'" in capsys.readouterr().err
 
 
 # --- the faithfulness table -------------------------------------------------------------------
@@ -284,7 +359,7 @@ def test_cls_flow_is_attention_flow_from_the_first_token() -> None:
 
 def test_faithfulness_rows_match_eraser_by_hand() -> None:
     sentences = [["a", "fine", "film"], ["dull", "and", "long", "and", "bad"], ["good", "film"]]
-    vocabulary = ex.Vocabulary.build(sentences)
+    vocabulary = Vocabulary.build(sentences)
     torch.manual_seed(0)
     model = AdditiveAttentionClassifier(
         len(vocabulary), 2, encoder="lstm", embed_dim=6, hidden_dim=5, attention_dim=4

@@ -14,7 +14,9 @@ Explanation", §2), and its question-answering variant.
     embeddings;
   - ``"cnn"``: 1-D convolutions of the embeddings with the kernel sizes ``kernel_sizes`` (their
     1, 3, 5, 7), ``hidden_dim`` filters each, "same" padding and ReLU, concatenated
-    (size ``hidden_dim · len(kernel_sizes)``).
+    (size ``hidden_dim · len(kernel_sizes)``; their configuration gives 128 // 4 = 32 filters per
+    width, states of size 128), zero at padding: the hidden representation of each token that
+    the attention scores.
 
 * Additive (tanh) attention pooling, Bahdanau et al.'s score (survey Table 2 "additive"):
 
@@ -30,8 +32,9 @@ Explanation", §2), and its question-answering variant.
 
 Question answering (their bAbI and CNN models): with ``question=`` the question is encoded by an
 encoder of the same kind with its own parameters, pooled into ``Q`` (the last states of the
-BiLSTM, the mean over the question's tokens for the other encoders); ``Q`` is the attention's
-query (``W_1 Q``) and the decoder is ``W_d tanh(W_p h_α + W_q Q)``.
+BiLSTM, the max over the question's tokens for the CNN (their max-pooling), the mean for the
+average encoder); ``Q`` is the attention's query (``W_1 Q``) and the decoder is
+``W_d tanh(W_p h_α + W_q Q)``.
 """
 
 from __future__ import annotations
@@ -110,7 +113,8 @@ class TokenEncoder(nn.Module):
 
     def summary(self, states: Tensor, mask: Tensor) -> Tensor:
         """``Q [B, d_h]``: the BiLSTM's last states (forward at the last real token, backward at
-        the first), the mean over the real tokens for the other encoders."""
+        the first), the feature-wise max over the real tokens for the CNN (Jain & Wallace's
+        max-pooling), the mean over the real tokens for the average encoder."""
         if self.kind == "lstm":
             half = states.shape[-1] // 2
             positions = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
@@ -120,6 +124,10 @@ class TokenEncoder(nn.Module):
             )
             rows = torch.arange(states.shape[0], device=states.device)
             return torch.cat([states[rows, last, :half], states[rows, first, half:]], dim=-1)
+        if self.kind == "cnn":
+            # ReLU states are >= 0 and zero at padding: the max over every position is the max
+            # over the real tokens (their max-pooling of the masked output)
+            return states.amax(1)
         count = mask.sum(-1, keepdim=True).clamp_min(1).to(states.dtype)
         return states.sum(1) / count
 
