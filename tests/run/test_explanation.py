@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -317,6 +318,39 @@ def test_jain_wallace_command_takes_the_cnn_encoder(shared_data, tmp_path, capsy
     )
     widths = [weights[f"encoder.convolutions.{i}.weight"].shape for i in range(4)]
     assert [s[-1] for s in widths] == [1, 3, 5, 7] and {s[0] for s in widths} == {4}  # 16 // 4
+
+
+def test_patience_stops_at_the_first_epoch_without_a_later_keeper() -> None:
+    """With ``patience`` the training stops after the first epoch at which the best validation
+    accuracy so far is 1 or is ``patience`` epochs old; without it every epoch runs."""
+    sentences = [["a", "fine", "film"], ["dull", "and", "long"], ["good"], ["bad", "film"]]
+    vocabulary = Vocabulary.build(sentences)
+    split = ex.Split([vocabulary.encode(s) for s in sentences], [1, 0, 1, 0])
+    noisy = ex.Split(split.passages, [0, 0, 1, 1])  # validation labels the model cannot fit
+    torch.manual_seed(0)
+    corpus = ex.Corpus("tiny", vocabulary, 2, split, noisy, split, torch.randn(len(vocabulary), 5))
+    base = ex.Setting(encoder="average", hidden_dim=4, attention_dim=4, epochs=30, lr=0.05)
+
+    def epochs_run(setting: ex.Setting) -> list[float]:
+        lines: list[str] = []
+        ex.train(corpus, setting, seed=0, log=lines.append)
+        return [
+            float(line.rsplit("valid accuracy ", 1)[1].split()[0])
+            for line in lines
+            if "valid accuracy" in line
+        ]
+
+    full = epochs_run(base)
+    assert len(full) == 30
+    for patience in (1, 3):
+        best, since, expected = -1.0, 0, 30
+        for epoch, value in enumerate(full, start=1):  # the same seed: the same epochs
+            best, since = (value, 0) if value > best else (best, since + 1)
+            if best >= 1.0 or since >= patience:
+                expected = epoch
+                break
+        assert expected < 30
+        assert epochs_run(replace(base, patience=patience)) == full[:expected]
 
 
 def test_wiegreffe_pinter_command_on_a_tiny_slice(shared_data, tmp_path, capsys) -> None:

@@ -256,7 +256,12 @@ def _jw_settings(quick: bool) -> dict[str, Any]:
 
 def _corpus_setting(name: str, base: Setting, quick: bool) -> Setting:
     if name.startswith("babi") and not quick:
-        return replace(base, epochs=20, hidden_dim=64, attention_dim=64)
+        # 900 training questions take many more Adam steps than 20 epochs at 1e-3: probed on
+        # bAbI 1's validation split (BiLSTM, hidden and attention 64), 20 epochs at 1e-3 kept
+        # 0.57 with the training loss still 0.87; at 3e-3 the loss falls after epoch 20 and
+        # validation reaches 0.97 at epoch 33 and 0.98 at 45; at 1e-2, 0.99 at epoch 20. Hence
+        # 1e-2, at most 40 epochs, stopping 10 epochs after the last gain (or at 1.0).
+        return replace(base, epochs=40, lr=1e-2, patience=10, hidden_dim=64, attention_dim=64)
     return base
 
 

@@ -35,6 +35,9 @@ class Setting:
     lr: float = 1e-3
     weight_decay: float = 1e-5
     kernel_sizes: tuple[int, ...] = (1, 3, 5, 7)  # the CNN encoder's widths (theirs)
+    # stop once this many epochs in a row have not raised the best validation accuracy, or
+    # once it is 1 (None: always ``epochs``); the kept epoch is the same either way
+    patience: int | None = None
     train_limit: int | None = None  # keep the first N training examples (--quick)
 
 
@@ -81,7 +84,8 @@ def train(
     select: str = "accuracy",
     log: Callable[[str], None] = print,
 ) -> tuple[AdditiveAttentionClassifier, dict[str, float]]:
-    """Train a model (Adam, ``setting.epochs`` epochs) and keep the epoch best on validation.
+    """Train a model (Adam, ``setting.epochs`` epochs, fewer with ``setting.patience``) and
+    keep the epoch best on validation.
 
     Args:
         corpus: the data.
@@ -105,6 +109,7 @@ def train(
     if setting.train_limit is not None:
         train_split = train_split.subset(range(min(setting.train_limit, len(train_split))))
     best: tuple[float, dict[str, Tensor]] | None = None
+    since_best = 0
     for epoch in range(1, setting.epochs + 1):
         model.train()
         started, total, count = time.time(), 0.0, 0
@@ -127,6 +132,15 @@ def train(
         key = valid if select == "accuracy" else float(epoch)  # "last": the final epoch
         if best is None or key > best[0]:
             best = (key, {k: v.detach().clone() for k, v in model.state_dict().items()})
+            since_best = 0
+        else:
+            since_best += 1
+        if select == "accuracy" and setting.patience is not None:
+            # no later epoch can be kept: none beats a perfect score, and a run of epochs
+            # without a gain is taken as the end of the gains
+            if best[0] >= 1.0 or since_best >= setting.patience:
+                log(f"  stopped after epoch {epoch} (best validation accuracy {best[0]:.4f})")
+                break
     assert best is not None
     model.load_state_dict(best[1])
     model.eval()
