@@ -269,9 +269,10 @@ class ReproduceSection(_Section):
         description="also train the peer library's model with the same settings and seeds "
         "(the task's run_peer; skipped, saying so, when the library is absent)",
     )
-    uniform: list[str] = Field(
+    uniform: list[str] | None = Field(
         default_factory=lambda: ["train.attention=uniform"],
-        description="key=value overrides giving the same model with uniform attention",
+        description="key=value overrides giving the same model with uniform attention; null "
+        "for a model without attention (no uniform-attention twin)",
     )
     uniform_seeds: int | None = Field(
         None,
@@ -300,6 +301,17 @@ class ReproduceSection(_Section):
         None, description="the paper's number for each value of `over` (keys: the values)"
     )
     paper_failures: int | None = Field(None, ge=0, description="the paper's count of failures")
+
+    @field_validator("uniform")
+    @classmethod
+    def _a_twin_differs(cls, uniform: list[str] | None) -> list[str] | None:
+        if uniform is not None and not uniform:
+            raise ValueError(
+                "uniform: [] would train the same model again as its uniform-attention twin; "
+                "give the overrides that replace its attention, or null for a model without "
+                "attention"
+            )
+        return uniform
 
     @model_validator(mode="after")
     def _per_value_numbers_need_values(self) -> ReproduceSection:

@@ -6,7 +6,8 @@ configuration (``attnkit train`` runs one seed of it) whose ``reproduce`` sectio
 the table cell, the metric of ``results.json`` and the number. Each seed is an ordinary run
 directory, ``RUNS_DIR/reproduce/NAME/seed-S`` — and ``NAME-uniform/seed-S`` for the same model
 with uniform attention (the ``reproduce.uniform`` overrides, by default
-``train.attention: uniform``; survey §4.1) — so an interrupted
+``train.attention: uniform``; survey §4.1; ``reproduce.uniform: null`` for a model without
+attention, which has no such twin) — so an interrupted
 reproduction resumes: a finished seed is read back, an unfinished one continues from its newest
 checkpoint, a missing one is trained.
 
@@ -225,7 +226,7 @@ def reproduce(
         )
     started = time.perf_counter()
     variants = {"attention": config}
-    if uniform:
+    if uniform and spec.uniform is not None:
         extra = [*spec.quick] if quick else []
         variants["uniform"] = load(name, [*overrides, *extra, *spec.uniform])
     done: dict[str, list[Seed]] = {}
@@ -379,7 +380,7 @@ def _reproduce_over(
         )
     started = time.perf_counter()
     variants = {"attention": list(overrides)}
-    if uniform:
+    if uniform and spec.uniform is not None:
         variants["uniform"] = [*overrides, *spec.uniform]
     done: dict[str, list[Value]] = {}
     for variant, variant_overrides in variants.items():

@@ -152,3 +152,13 @@ def test_the_reproductions_page_is_generated_from_the_json_lines():
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "reproductions_table.py"
     main_of_script = runpy.run_path(str(script))["main"]
     assert main_of_script(["--check"]) == 0
+
+
+def test_uniform_null_means_no_uniform_twin_and_an_empty_list_is_refused():
+    from attnkit.config import ReproduceSection
+
+    base = {"paper": "p", "source": "s", "metric": "accuracy"}
+    assert ReproduceSection(**base).uniform == ["train.attention=uniform"]
+    assert ReproduceSection(**base, uniform=None).uniform is None
+    with pytest.raises(ValueError, match=r"uniform: \[\] would train the same model again"):
+        ReproduceSection(**base, uniform=[])

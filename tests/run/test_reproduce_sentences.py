@@ -216,3 +216,52 @@ def test_quick_reproduction(name: str, shared_data, tmp_path) -> None:
     run = tmp_path / "reproduce" / f"{name}-quick" / "seed-0"
     assert (run / "results.json").is_file()
     assert (tmp_path / "reproduce" / f"{name}-quick-uniform" / "seed-0" / "results.json").is_file()
+
+
+KIM_CNN_RAND = {"sst2": 82.7, "sst5": 45.0, "trec": 91.2, "mr": 76.1}  # Kim (2014), Table 2
+
+
+def test_the_cnn_rand_anchor_configurations_are_kims() -> None:
+    for corpus, value in KIM_CNN_RAND.items():
+        config = reproduce.load(f"cnn-rand-{corpus}")
+        spec, model = config.reproduce, config.model
+        assert config.data.corpus == corpus and config.data.embeddings == "random"
+        assert "Kim (2014)" in spec.paper and "CNN-rand" in spec.source and spec.value == value
+        assert spec.uniform is None  # no attention, so no uniform-attention twin
+        assert spec.seeds == (10 if corpus == "mr" else 3)
+        assert (model.kind, model.embed_dim, model.widths) == ("cnn", 300, (3, 4, 5))
+        assert (model.feature_maps, model.dropout, model.max_norm) == (100, 0.5, 3.0)
+        assert config.train.batch_size == 50 and config.train.clip_norm is None
+        assert config.data.phrases == (corpus in ("sst2", "sst5"))
+
+
+def test_the_cnn_has_no_attention_to_replace(shared_data) -> None:
+    raw = {
+        "name": "t",
+        "data": {"corpus": "trec", "root": str(shared_data)},
+        "model": {"kind": "cnn", "embed_dim": 8, "feature_maps": 2},
+        "train": {"steps": 1, "attention": "uniform"},
+    }
+    with pytest.raises(ConfigError, match=r"train\.attention: the cnn model has no attention"):
+        validate(raw)
+    cnn = validate({**raw, "train": {"steps": 1}})
+    assert task_for(cnn).ablation_column is False
+    assert task_for(config("trec", shared_data)).ablation_column is True
+
+
+@pytest.mark.parametrize("corpus", list(KIM_CNN_RAND))
+def test_quick_cnn_rand_reproduction_has_no_uniform_twin(corpus, shared_data, tmp_path) -> None:
+    import json
+
+    name = f"cnn-rand-{corpus}"
+    line = reproduce.reproduce(
+        name, data=str(shared_data), quick=True, runs_dir=tmp_path, log=lambda _: None
+    )
+    assert line["name"] == name and line["seeds"] == 1 and 0.0 <= line["mean"] <= 100.0
+    assert line["uniform"] is None and line["paper"] == KIM_CNN_RAND[corpus]
+    results = json.loads(
+        (tmp_path / "reproduce" / f"{name}-quick" / "seed-0" / "results.json").read_text()
+    )
+    assert "uniform_attention" not in results
+    assert line["values"] == [round(results["accuracy"] * 100, 3)]
+    assert not (tmp_path / "reproduce" / f"{name}-quick-uniform").exists()

@@ -49,7 +49,12 @@ Models (``model.kind``):
   capsule's representation, which this head has not;
 * ``bilstm_attention`` — BiLSTM with additive (tanh) attention pooling, the classifier of Jain &
   Wallace (2019) (:class:`~attnkit.models.additive_attention_classifier.AdditiveAttentionClassifier`
-  with its ``"lstm"`` encoder; dropout on the word vectors only).
+  with its ``"lstm"`` encoder; dropout on the word vectors only);
+* ``cnn`` — Kim's (2014) CNN, the anchor without attention
+  (:class:`~attnkit.models.kim_cnn.KimCNN`: filter widths 3, 4, 5 × 100 maps, ReLU,
+  max-over-time pooling, dropout 0.5, output weight vectors of norm at most 3); with
+  ``data.embeddings: random`` it is his CNN-rand. Having no attention, it has no
+  uniform-attention column (``train.attention: uniform`` is refused).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ import random
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -80,6 +85,7 @@ from attnkit.data.sentence_classification import (
 from attnkit.data.sst import SST2_LABELS, SST5_LABELS, load_sst
 from attnkit.data.vocabulary import PAD
 from attnkit.models.additive_attention_classifier import AdditiveAttentionClassifier
+from attnkit.models.kim_cnn import KimCNN
 from attnkit.models.pretrained_sentence_classifier import PretrainedSentenceClassifier
 from attnkit.models.self_attentive_classifier import SelfAttentiveClassifier
 from attnkit.tasks.base import WordTask, pad_ids
@@ -161,6 +167,27 @@ class BiLSTMAttentionModelConfig(ModelSection):
     dropout: float = Field(0.5, ge=0.0, lt=1.0)
 
 
+class KimCNNModelConfig(ModelSection):
+    """Kim's (2014) CNN: convolutions over the word vectors, max-over-time pooling, no attention."""
+
+    kind: Literal["cnn"] = "cnn"
+    embed_dim: int = Field(300, ge=1)
+    widths: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        (3, 4, 5), min_length=1, description="the filter widths h"
+    )
+    feature_maps: int = Field(100, ge=1, description="filters per width")
+    dropout: float = Field(0.5, ge=0.0, lt=1.0, description="on the max-pooled features")
+    max_norm: float | None = Field(
+        3.0,
+        gt=0.0,
+        description="s: the largest l2-norm of a class's output weight vector, restored after "
+        "every update; none: unconstrained",
+    )
+
+    def architecture(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"dropout", "max_norm"})
+
+
 def hold_out(
     examples: Sequence[SentenceExample], key: str, fraction: float = HELD_OUT
 ) -> tuple[list[SentenceExample], list[SentenceExample]]:
@@ -190,13 +217,14 @@ def glove_vectors(path: str) -> dict[str, np.ndarray]:
 
 class SentenceBenchmark(WordTask):
     """A sentence-classification benchmark: its splits (one subclass per corpus), the shared
-    data keys, and the four attentive classifiers."""
+    data keys, the four attentive classifiers and Kim's CNN."""
 
     models = (
         SelfAttentiveModelConfig,
         MultiDimensionalModelConfig,
         CapsuleModelConfig,
         BiLSTMAttentionModelConfig,
+        KimCNNModelConfig,
     )
     data_section = SentenceBenchmarkData
     architecture_data_keys: ClassVar[tuple[str, ...]] = (
@@ -225,11 +253,22 @@ class SentenceBenchmark(WordTask):
                 f"data.phrases: only sst2 and sst5 have labelled phrases; {data.corpus} is "
                 f"trained on its sentences (got phrases: true)"
             )
+        if config.model.kind == "cnn" and config.train.attention == "uniform":
+            raise ValueError(
+                "train.attention: the cnn model has no attention to replace with uniform "
+                "weights (got attention: uniform)"
+            )
         if data.embeddings == "glove" and config.model.embed_dim != GLOVE_DIM:
             raise ValueError(
                 f"data.embeddings: glove is GloVe 6B {GLOVE_DIM}d and needs model.embed_dim: "
                 f"{GLOVE_DIM}, got model.embed_dim: {config.model.embed_dim}"
             )
+
+    @property  # type: ignore[misc]  # a class attribute of Task, decided here by the model
+    def ablation_column(self) -> bool:  # type: ignore[override]
+        """Whether the final evaluation adds the uniform-attention column: not for the CNN,
+        which has no attention to replace."""
+        return bool(self.model_config.kind != "cnn")
 
     @property
     def root(self) -> Path:
@@ -298,6 +337,17 @@ class SentenceBenchmark(WordTask):
                 mlp_hidden=section.mlp_hidden,
                 penalty=section.penalty,
                 dropout=section.dropout,
+                embeddings=embeddings,
+            )
+        if section.kind == "cnn":
+            return KimCNN(
+                vocab,
+                classes,
+                embed_dim=section.embed_dim,
+                widths=section.widths,
+                feature_maps=section.feature_maps,
+                dropout=section.dropout,
+                max_norm=section.max_norm,
                 embeddings=embeddings,
             )
         if section.kind in ("multi_dimensional", "capsule"):
