@@ -104,13 +104,28 @@ def test_nan_outside_the_head_views_keeps_the_fused_kernel():
     torch.testing.assert_close(out, clean, rtol=0, atol=0)
 
 
+MODES = {
+    "no_grad": torch.no_grad,
+    "inference_mode": torch.inference_mode,  # views there keep no ``_base``
+    "autograd": torch.enable_grad,
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("weights", [False, True])
-def test_nan_in_a_value_head_view_gives_the_documented_result(weights: bool):
+def test_nan_in_a_value_head_view_gives_the_documented_result(weights: bool, mode: str):
     """NaN in ``v[b, h, j, f]`` of a packed projection: feature ``f`` of every row of that head
     is NaN (all keys admissible), every other entry is the float64 formula's."""
-    _, (q, k, v) = packed_heads()
-    v[1, 0, 2, 3] = NAN
-    out, ran = chosen_backends(lambda: ak.attention(q, k, v, return_weights=weights))
+    packed, _ = packed_heads()
+    packed = packed.clone()
+    packed[1, 2, 2 * 8 + 3] = NAN  # v of head 0, key 2, feature 3
+    with MODES[mode]():
+        source = packed.requires_grad_() if mode == "autograd" else packed
+        q, k, v = (
+            source[..., i * 8 : (i + 1) * 8].unflatten(-1, (2, 4)).transpose(1, 2) for i in range(3)
+        )
+        out, ran = chosen_backends(lambda: ak.attention(q, k, v, return_weights=weights))
+    assert torch.isnan(v[1, 0, 2, 3])
     assert ran and ran[0] not in ("sdpa", "dense")  # the fused paths define no NaN semantics
     q64, k64, v64 = (t.double() for t in (q, k, v))
     a = torch.softmax(q64 @ k64.transpose(-1, -2) / 2.0, -1)
@@ -156,3 +171,19 @@ def test_a_hook_that_changes_the_inputs_has_them_read_again():
     with ak.attention_hooks(swap):
         out = ak.attention(q, k, v).context
     torch.testing.assert_close(out, v[:, :, :2].mean(-2, keepdim=True).expand_as(out))
+
+
+def test_overlapping_views_that_fill_their_storage_leave_nothing_unseen():
+    """Views of one storage whose sizes add up to it although two overlap: the block no view
+    covers is read with them (the scan reads the storage); a NaN there reaches no output,
+    whichever backend the scan sends the call to."""
+    g = torch.Generator().manual_seed(2)
+    storage = torch.randn(6, 6, 4, generator=g)  # 6 blocks [6, 4]: 2 heads of q, k and v
+    q, k, v = (storage[i : i + 2].unsqueeze(0) for i in (0, 1, 3))  # k overlaps q; 5 is free
+    clean = ak.attention(q, k, v).context
+    storage[5] = NAN  # in no view
+    out = ak.attention(q, k, v).context
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    want = torch.softmax(q64 @ k64.transpose(-1, -2) / 2.0, -1) @ v64
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out, clean, rtol=1e-5, atol=1e-6)

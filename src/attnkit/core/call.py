@@ -380,15 +380,49 @@ def _scan(*tensors: Tensor | None) -> tuple[bool, Magnitudes | None]:
 
     ``(True, None)`` when no tensor has values to read (``meta``, or empty); ``(False, None)``
     while ``torch.compile`` traces, so the traced path is the one exact for non-finite inputs
-    too. One :func:`max_abs` pass per tensor and one read of the results: the extremes are
-    finite exactly when every element is."""
+    too. One :func:`max_abs` pass per tensor (:func:`_reads`) and one read of the results: the
+    extremes are finite exactly when every element is."""
     if torch.compiler.is_compiling():
         return False, None
     present = tuple(t for t in tensors if t is not None and t.numel() and t.device.type != "meta")
     if not present:
         return True, None
-    values = torch.stack([max_abs(t).to(torch.float64) for t in present]).tolist()
-    return all(math.isfinite(x) for x in values), Magnitudes(present, tuple(values))
+    groups = _reads(present)
+    read = torch.stack([max_abs(whole).to(torch.float64) for _, whole in groups]).tolist()
+    largest = {
+        id(t): value for (members, _), value in zip(groups, read, strict=True) for t in members
+    }
+    values = tuple(largest[id(t)] for t in present)
+    return all(math.isfinite(x) for x in values), Magnitudes(present, values)
+
+
+def _reads(tensors: tuple[Tensor, ...]) -> list[tuple[tuple[Tensor, ...], Tensor]]:
+    """What :func:`_scan` reads for ``tensors``: ``(the tensors it stands for, a tensor)``.
+
+    Distinct views that together are exactly the elements of one storage — the queries, keys
+    and values split from one packed projection ``[B, L, 3·H·d]``, as ``MultiHeadAttention``
+    gives them — are read as that storage, once and contiguously, instead of each strided view
+    apart (three times fewer passes, none over rows with gaps). Each then gets the storage's
+    ``max |x|``, at least its own: a NaN or infinity in any view is seen, and the overflow bound
+    of the fused kernels stays a bound. Views that overlap could leave part of the storage
+    outside every view; what it holds can then only make the scan say "not finite", which
+    sends the call to a backend exact for every input, never the other way."""
+    groups: dict[tuple[int, torch.dtype], list[Tensor]] = {}
+    try:
+        for t in {id(t): t for t in tensors}.values():  # each object once
+            groups.setdefault((t.untyped_storage().data_ptr(), t.dtype), []).append(t)
+    except (RuntimeError, NotImplementedError):  # a wrapper tensor without a storage of its own
+        return [((t,), t) for t in tensors]
+    reads = []
+    for members in groups.values():
+        first = members[0]
+        total = sum(t.numel() for t in members)
+        if len(members) > 1 and total * first.element_size() == first.untyped_storage().nbytes():
+            whole = first.detach().as_strided((total,), (1,), 0)
+            reads.append((tuple(members), whole))
+        else:
+            reads.extend(((t,), t) for t in members)
+    return reads
 
 
 def _without_unreachable_keys(call: AttentionCall) -> AttentionCall:
