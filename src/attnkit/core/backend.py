@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from attnkit.core.align import Align
-from attnkit.core.call import AttentionCall, AttentionOutput, known_values
+from attnkit.core.call import AttentionCall, AttentionOutput, known_values, max_abs
 from attnkit.core.captured import captured_tensors
 from attnkit.core.reference import compute_dtype, score_features
 
@@ -181,9 +181,11 @@ def overflow_reasons(call: AttentionCall) -> list[str]:
     """Why a score of ``call`` may not be finite although its inputs are: the bound
     ``|scale · q'·k' + bias| <= |scale| · D · max|q'| · max|k'| + max|bias|`` (Cauchy-Schwarz,
     on the score's features ``q' [B, H, M, D]``, ``k' [B, H, N, D]``) reaches a quarter of the
-    compute dtype's largest number. O(input): one min/max pass per tensor, never the
-    ``[B, H, M, N]`` scores. Empty on ``meta`` or while tracing (no values), and for scores
-    that are not a dot product of features (the bound is theirs)."""
+    compute dtype's largest number. O(input): one pass per tensor, never the ``[B, H, M, N]``
+    scores, and none for a tensor the call's finiteness scan already read (``call.magnitudes``:
+    the features of the dot-product scores are ``q`` and ``k`` themselves). Empty on ``meta`` or
+    while tracing (no values), and for scores that are not a dot product of features (the bound
+    is theirs)."""
     if not call.score.pairwise_is_dot or not known_values(call.q):
         return []
     if not (call.q.numel() and call.k.numel()):
@@ -193,10 +195,14 @@ def overflow_reasons(call: AttentionCall) -> list[str]:
     factor = call.score.resolve_scale(call.scale, call.k.shape[-1])
     scale = 1.0 if factor is None else factor
     tensors = [qf, kf] if call.bias is None or not call.bias.numel() else [qf, kf, call.bias]
-    # max |x| from one min/max pass (aminmax reads the tensor once; vector_norm(inf) is ~20x
-    # slower on the CPU); NaN and inf come out as NaN and inf, which fail the bound below
-    parts = [torch.stack(torch.aminmax(t.detach())).abs().amax() for t in tensors]
-    largest = torch.stack([t.to(torch.float64) for t in parts]).tolist()
+    known = call.magnitudes
+    scanned = [None if known is None else known.of(t) for t in tensors]
+    missing = [t for t, value in zip(tensors, scanned, strict=True) if value is None]
+    read: list[float] = []
+    if missing:  # NaN and inf come out as NaN and inf, which fail the bound below
+        read = torch.stack([max_abs(t).to(torch.float64) for t in missing]).tolist()
+    fresh = iter(read)
+    largest = [next(fresh) if value is None else value for value in scanned]
     bound = abs(scale) * qf.shape[-1] * largest[0] * largest[1] + sum(largest[2:])
     dtype = compute_dtype(call.v.dtype)
     limit = torch.finfo(dtype).max / 4

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 import attnkit.efficient  # noqa: F401  (its kinds register their names: attention="linear", ...)
 from attnkit.core.align import Align, Softmax, build_align
-from attnkit.core.hooks import runs_exact
+from attnkit.core.hooks import observed, runs_exact
 from attnkit.core.kinds import EXACT, AttentionKind, create_kind
 from attnkit.core.masks import causal as causal_mask
 from attnkit.core.scores import ScaledDot, Score
@@ -44,6 +44,14 @@ from attnkit.mechanisms.torch_masks import (
 from attnkit.taxonomy import QueryType
 
 __all__ = ["HeadwiseScore", "MultiHeadAttention", "build_head_scores", "engine_mask"]
+
+#: bytes of the per-head weights one engine call writes when only their mean over heads is
+#: returned (``need_weights=True`` with ``average_attn_weights``, nothing to differentiate):
+#: the heads are attended in blocks of about this size, so the ``[B, H, M, N]`` weights never
+#: exist at once. Blocks of this size stay below glibc's largest mmap threshold (32 MiB), so
+#: their memory is reused from the heap rather than mapped (and zeroed) anew for each call, and
+#: within a last-level cache, where the softmax, the mean and the weighted sum read them.
+WEIGHTS_BLOCK = 8 << 20
 
 
 class MultiHeadAttention(nn.Module):
@@ -386,29 +394,38 @@ class MultiHeadAttention(nn.Module):
             causal = False
 
         dropout = self.dropout if self.training else 0.0
-        # only asked when it changes the weights: kinds other than exact take no such option
-        asked = need_weights and weights_after_dropout and dropout > 0
-        dropped = {"weights_after_dropout": True} if asked else {}
-        # eq. (38) and (39), every head at once; no name holds q, k, v, so without autograd the
-        # projections are freed as soon as the engine returns, before the weights' mean
-        attended = self.attention_kind(
-            *self._heads(query, key, value),
-            score=self.score,
-            align=self.align,
-            mask=engine_mask(allowed, bias, extra),
-            causal=causal,
-            dropout=dropout,
-            return_weights=need_weights,
-            **dropped,
-        )
-        context = attended.context  # [B, H, M, Dv]
-        weights = attended.weights if need_weights else None
-        del attended  # no other reference: the per-head weights are freed by their mean below
-        if weights is not None and average_attn_weights:
-            # before the output is formed, so the [B, H, M, N] weights and the [B, M, E]
-            # context copies are never held at once (torch's peak: q, k, v, the weights, their
-            # mean and one [B, M, E] tensor)
-            weights = weights.mean(1)
+        mask = engine_mask(allowed, bias, extra)
+        blocks = None
+        if need_weights and average_attn_weights and dropout == 0:
+            blocks = self._mean_blocks(n, length, src + extra)
+        if blocks is not None:
+            context, weights = self._attend_averaged(
+                *self._heads(query, key, value), mask, causal, blocks
+            )
+        else:
+            # only asked when it changes the weights: kinds other than exact take no such option
+            asked = need_weights and weights_after_dropout and dropout > 0
+            dropped = {"weights_after_dropout": True} if asked else {}
+            # eq. (38) and (39), every head at once; no name holds q, k, v, so without autograd
+            # the projections are freed as soon as the engine returns, before the weights' mean
+            attended = self.attention_kind(
+                *self._heads(query, key, value),
+                score=self.score,
+                align=self.align,
+                mask=mask,
+                causal=causal,
+                dropout=dropout,
+                return_weights=need_weights,
+                **dropped,
+            )
+            context = attended.context  # [B, H, M, Dv]
+            weights = attended.weights if need_weights else None
+            del attended  # no other reference: the per-head weights are freed by their mean
+            if weights is not None and average_attn_weights:
+                # before the output is formed, so the [B, H, M, N] weights and the [B, M, E]
+                # context copies are never held at once (torch's peak: q, k, v, the weights,
+                # their mean and one [B, M, E] tensor)
+                weights = weights.mean(1)
         if not batched:
             context = context.transpose(1, 2).flatten(2)  # concat over heads: [B, M, H·Dv]
             output = self.out_proj(context)  # eq. (40)
@@ -422,6 +439,77 @@ class MultiHeadAttention(nn.Module):
             output = output.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
         return output, weights
+
+    def _mean_blocks(self, batch: int, m: int, n: int) -> tuple[int, int] | None:
+        """``(batch rows, key/value heads)`` per engine call when the weights averaged over heads
+        are computed in blocks (:meth:`_attend_averaged`), or ``None`` for one call.
+
+        In blocks only when nothing needs the per-head weights of one call: no autograd graph,
+        no hook watching the calls (a hook sees one call per forward), exact attention with the
+        softmax (deterministic, row by row) and one score for every head; and only when the
+        ``[B, H, M, N]`` weights exceed two blocks (:data:`WEIGHTS_BLOCK`; smaller ones are
+        one call, whose overhead is the smaller)."""
+        if torch.is_grad_enabled() or observed() or self.attention_kind is not EXACT:
+            return None
+        if type(self.align) is not Softmax or isinstance(self.score, HeadwiseScore):
+            return None
+        item = torch.promote_types(self.out_proj.weight.dtype, torch.float32).itemsize
+        per_group = self.num_heads // self.num_kv_heads * m * n * item  # one row, one K/V head
+        if per_group == 0 or batch * self.num_kv_heads * per_group <= 2 * WEIGHTS_BLOCK:
+            return None
+        groups = max(1, min(self.num_kv_heads, WEIGHTS_BLOCK // per_group))
+        rows = max(1, WEIGHTS_BLOCK // (groups * per_group)) if groups == self.num_kv_heads else 1
+        return rows, groups
+
+    def _attend_averaged(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        causal: bool,
+        blocks: tuple[int, int],
+    ) -> tuple[Tensor, Tensor]:
+        """Eq. (39) and the weights averaged over heads, ``(context [B, H, M, Dv], mean
+        [B, M, N])``, one engine call per block of ``blocks = (batch rows, key/value heads)``
+        (:meth:`_mean_blocks`), so that only one block of the per-head weights exists at a time.
+
+        The same results as one call: each query row of each head is attended alone (softmax),
+        and the mean adds the heads in order, as ``weights.mean(1)`` does. The context is
+        written in the layout ``out_proj`` reads (``[M, B, H, Dv]`` in memory)."""
+        b, h, m, _ = q.shape
+        g, n = k.shape[1], k.shape[2]
+        per_group = h // g  # query heads per key/value head
+        rows, groups = blocks
+        mean = q.new_empty(b, m, n, dtype=torch.promote_types(q.dtype, torch.float32))
+        context = q.new_empty(m, b, h, v.shape[-1]).permute(1, 2, 0, 3)
+        for b0 in range(0, b, rows):
+            for g0 in range(0, g, groups):
+                at_b, at_g = slice(b0, b0 + rows), slice(g0, g0 + groups)
+                at_h = slice(g0 * per_group, (g0 + groups) * per_group)
+                part = mask
+                if mask is not None:  # [B|1, H|1, M, N]: the block's rows and heads
+                    part = mask[at_b if mask.shape[0] > 1 else slice(None)]
+                    part = part[:, at_h] if mask.shape[1] > 1 else part
+                out = self.attention_kind(
+                    q[at_b, at_h],
+                    k[at_b, at_g],
+                    v[at_b, at_g],
+                    score=self.score,
+                    align=self.align,
+                    mask=part,
+                    causal=causal,
+                    return_weights=True,
+                )
+                context[at_b, at_h] = out.context
+                total = mean[at_b]
+                assert out.weights is not None
+                for j, weights in enumerate(out.weights.unbind(1)):
+                    if g0 == 0 and j == 0:
+                        total.copy_(weights)
+                    else:
+                        total.add_(weights)
+        return context, mean.div_(h).to(q.dtype)
 
     def _forward_nested(
         self,
