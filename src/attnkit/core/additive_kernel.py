@@ -73,6 +73,7 @@ from torch.autograd.function import once_differentiable
 
 from attnkit.core.backend import Declined
 from attnkit.core.call import AttentionCall, AttentionOutput, compute_dtype
+from attnkit.core.compile_failures import decline_after_failure, failure_reason, remember
 from attnkit.core.reference import score_features
 from attnkit.core.scores import Additive
 
@@ -362,8 +363,8 @@ class KernelPlan:
         try:
             return kernels.backward(*args)
         except Exception as error:  # inductor could not compile: the same formula, eagerly
-            reason = _reason(error)
-            _remember(_failed, self.key, reason, 64)
+            reason = failure_reason(error)
+            remember(_failed, self.key, reason)
             warnings.warn(
                 f"attnkit: the compiled additive backward failed ({reason}); it runs eagerly, and "
                 "this kind of call runs on the tiled backend from now on",
@@ -442,17 +443,6 @@ class AdditiveKernelFunction(torch.autograd.Function):
         return None, _unblocked(dq, m), _unblocked(dk, n), _unblocked(dv, n), dw
 
 
-def _reason(error: Exception) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0][:200] if lines else ''}"
-
-
-def _remember(table: OrderedDict, key: Hashable, value: object, limit: int) -> None:
-    table[key] = value
-    while len(table) > limit:
-        table.popitem(last=False)
-
-
 def kernels_compiled() -> int:
     """How many kinds of call have a compiled additive kernel in this process."""
     return len(_kernels)
@@ -482,15 +472,7 @@ def additive_kernel_attention(call: AttentionCall) -> AttentionOutput | Declined
             w,
         )
     except Exception as error:  # inductor could not compile: the tiled backend can
-        reason = _reason(error)
-        _remember(_failed, key, reason, 64)
-        warnings.warn(
-            f"attnkit: the compiled additive kernel failed ({reason}); this kind of call runs on "
-            "the next backend (tiled) from now on",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return Declined((f"compiling the additive kernel for this kind of call failed: {reason}",))
+        return decline_after_failure(_failed, key, error, "the additive kernel")
     _kernels[key] = None
     if not bool(torch.isfinite(context).all()):
         # e.g. a NaN parameter of the score: the tiled backend defines what each row gets

@@ -42,7 +42,6 @@ remembered, so ``flex_limits`` declines that kind of call from then on.
 from __future__ import annotations
 
 import functools
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -54,6 +53,7 @@ from attnkit.core.backend import Declined
 from attnkit.core.call import AttentionCall, AttentionOutput
 from attnkit.core.captured import reads_tensors_requiring_grad
 from attnkit.core.checks import check_score_mod
+from attnkit.core.compile_failures import decline_after_failure
 from attnkit.core.masks import MaskMod, ScoreMod
 from attnkit.core.memory import feature_bytes, sizes
 from attnkit.core.reference import score_features
@@ -294,12 +294,6 @@ def kernels_compiled() -> int:
     return len(_kernels)
 
 
-def _remember(table: OrderedDict, key: Hashable, value: Any, limit: int) -> None:
-    table[key] = value
-    while len(table) > limit:
-        table.popitem(last=False)
-
-
 def flex_attention_forward(call: AttentionCall) -> AttentionOutput | Declined:
     """Run ``call`` through compiled FlexAttention (see the module docstring); ``Declined``
     when the kernel cannot be compiled or gives a result attnkit defines otherwise."""
@@ -323,15 +317,7 @@ def flex_attention_forward(call: AttentionCall) -> AttentionOutput | Declined:
             float(scale),
         )
     except Exception as error:  # inductor or the mods could not compile: another backend can
-        reason = f"{type(error).__name__}: {str(error).strip().splitlines()[0][:200]}"
-        _remember(_failed, key, reason, 64)
-        warnings.warn(
-            f"attnkit: compiled FlexAttention failed ({reason}); this kind of call runs on the "
-            "next backend (tiled) from now on",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return Declined((f"compiling FlexAttention for this kind of call failed: {reason}",))
+        return decline_after_failure(_failed, key, error, "FlexAttention")
     _kernels[key] = None
     if not bool(torch.isfinite(context).all()):
         # e.g. a +inf score: attnkit shares the row among the +inf keys, the kernel gives NaN
