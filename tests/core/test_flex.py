@@ -147,6 +147,7 @@ def test_masks_gqa_alibi_activated_general_and_empty_rows_in_bfloat16(compiled: 
 def test_a_kernel_is_compiled_once_per_kind_of_call(compiled: None) -> None:
     """The same kind of call again (new tensors, and a new closure of the engine's score_mod
     around the user's) runs the compiled kernel without recompiling."""
+    run_flex(*qkv(1, 2, 2, 32, 32, 16, seed=3), score_mod=soft_cap)  # compiled here if not before
     before = flex.kernels_compiled()
     q, k, v = qkv(1, 2, 2, 32, 32, 16, seed=4)
     with torch.compiler.set_stance("fail_on_recompile"):
