@@ -152,6 +152,7 @@ def test_every_kind_trains_and_its_attention_is_recorded(shared_data, kind, size
     inputs = task.collate(batch)
     labels = torch.tensor([task.label(e) for e in batch])
     model = task.build_model()
+    torch.manual_seed(0)  # the dropout masks, whatever ran before in this process
     loss = objective(model, inputs, labels)
     loss.backward()
     table = (
@@ -159,7 +160,9 @@ def test_every_kind_trains_and_its_attention_is_recorded(shared_data, kind, size
         if isinstance(model.embedding, torch.nn.Embedding)
         else model.embedding.table
     )
-    assert loss.isfinite() and table.weight.grad[inputs["tokens"][0, 0]].abs().sum() > 0
+    # word dropout may zero one word's vector; over the batch's words the gradient must arrive
+    words = inputs["tokens"][inputs["tokens"] != 0]
+    assert loss.isfinite() and table.weight.grad[words].abs().sum() > 0
     model.eval()
     with torch.no_grad(), record(model) as recorded:
         logits = model(**inputs)
