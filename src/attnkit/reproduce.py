@@ -153,13 +153,17 @@ def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def _check_same_settings(config: RunConfig, run_dir: Path) -> None:
     """Refuse to read back a finished seed trained with other settings than ``config`` (a
     configuration changed since): its result would stand for a model the config no longer
-    describes. Where the data folder is (``data.root``) may differ."""
+    describes. Where the data folder is (``data.root``) may differ, and so may the
+    ``reproduce`` section: the paper's number, its source and the seed counts say how the
+    seeds are compared, not how one trains."""
     saved = _flat(load_config(run_dir / "config.yaml").model_dump(mode="json"))
     given = _flat(config.model_dump(mode="json"))
     differ = [
         f"{key} (saved {saved.get(key, '<absent>')!r}, now {given.get(key, '<absent>')!r})"
         for key in sorted(set(saved) | set(given))
-        if key != "data.root" and saved.get(key, "<absent>") != given.get(key, "<absent>")
+        if key != "data.root"
+        and not key.startswith("reproduce.")
+        and saved.get(key, "<absent>") != given.get(key, "<absent>")
     ]
     if differ:
         raise ValueError(

@@ -78,6 +78,10 @@ def test_a_finished_seed_of_other_settings_is_refused(shared_data, tmp_path, cap
     capsys.readouterr()
     seed = tmp_path / "reproduce" / "gat-cora-quick" / "seed-0"
     saved = yaml.safe_load((seed / "config.yaml").read_text())
+    saved["reproduce"]["uniform_seeds"] = 7  # how seeds are compared, not how one trains
+    (seed / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert main(argv) == 0
+    capsys.readouterr()
     saved["train"]["lr"] = 0.5  # as if trained before the configuration's lr changed
     (seed / "config.yaml").write_text(yaml.safe_dump(saved))
     assert main(argv) == 2
