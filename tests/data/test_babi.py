@@ -26,7 +26,9 @@ def test_every_task_has_1000_train_and_1000_test_questions(root, tasks):
             text = task_file(root, task, split).read_text()
             assert sum("\t" in line for line in text.splitlines()) == 1000
         counts = {name: len(examples) for name, examples in splits.items()}
-        assert counts == {"train": 900, "valid": 100, "test": 1000}, task
+        assert counts["train"] + counts["valid"] == 1000 and counts["test"] == 1000, task
+        # whole stories (of 1-12 questions): the last one drawn may overshoot 100
+        assert 100 <= counts["valid"] < 112, task
         assert all(e.task == task for e in splits["train"] + splits["test"])
 
 
@@ -90,6 +92,22 @@ def test_hold_out_is_seeded_and_disjoint(root, tasks):
             order = [positions[e] for e in split[part]]
             assert order == sorted(order)
         assert sorted(positions[e] for e in split["train"] + split["valid"]) == list(range(1000))
+
+
+def test_hold_out_keeps_stories_whole(root, tasks):
+    """A story carries several questions: a validation question whose story also feeds training
+    questions would be answered from memory."""
+    for task in TASKS:
+        # the story of each question, counted independently: a line numbered 1 starts a story
+        story_of, story = [], -1
+        for line in task_file(root, task, "train").read_text().splitlines():
+            story += line.split(" ", 1)[0] == "1"
+            if "\t" in line:
+                story_of.append(story)
+        examples = read_babi_file(task_file(root, task, "train"), task)
+        assert [e.story_id for e in examples] == story_of
+        train, valid = tasks[task]["train"], tasks[task]["valid"]
+        assert not {e.story_id for e in train} & {e.story_id for e in valid}, task
 
 
 def test_tokenizer_splits_punctuation():

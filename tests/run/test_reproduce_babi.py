@@ -37,7 +37,8 @@ def test_every_task_reaches_the_model_with_its_counts_and_answers(data_root: Pat
     for task in TASKS:
         job = job_for(babi_config(data_root, f"data.task={task}"))
         counts = {split: len(job.examples[split]) for split in ("train", "valid", "test")}
-        assert counts == {"train": 900, "valid": 100, "test": 1000}, task
+        assert counts["train"] + counts["valid"] == 1000 and counts["test"] == 1000, task
+        assert 100 <= counts["valid"] < 112, task  # whole stories (tests/data/test_babi.py)
         job.learnt()
         # the classes: every answer string of the task's questions, read independently
         raw = load_babi(data_root / "babi", task)
@@ -113,11 +114,11 @@ def test_linear_start_resumes_where_the_uninterrupted_run_switches(
         data_root,
         "data.max_examples=64",
         "data.max_eval_examples=24",
-        "train.steps=6",
+        "train.steps=8",
         "train.batch_size=16",
         "train.eval_every=1",
         "train.checkpoint_every=3",
-        "train.lr=0.05",
+        "train.lr=0.02",
         "model.linear_start_patience=2",
     )
     quiet = {"quiet": True, "log": lambda _: None}
@@ -133,7 +134,7 @@ def test_linear_start_resumes_where_the_uninterrupted_run_switches(
     # the validations say when the softmaxes returned: after the interruption at step 3
     records = map(json.loads, (whole.path / "metrics.jsonl").read_text().splitlines())
     losses = [r["loss"] for r in records if r["split"] == "valid"]
-    assert len(losses) == 6
+    assert len(losses) == 8
     best, waited, switched = float("inf"), 0, None
     for step, loss in enumerate(losses, start=1):
         best, waited = (loss, 0) if loss < best else (best, waited + 1)

@@ -19,9 +19,12 @@ What :func:`read_babi_file` makes of them:
   comma lists (``"apple,milk"``, ``"n,w"``); :attr:`BabiExample.answer_words` splits them.
 
 Validation: the files have none; the usual protocol (Sukhbaatar et al. 2015) holds out 10 % of
-the training questions. :func:`load_babi` draws them per task with
-``random.Random(f"babi/{task}/{seed}")`` (900 train / 100 valid questions by default), keeping
-the file order in both parts; the test file is whole.
+the training questions. :func:`load_babi` holds out whole *stories*, drawn per task with
+``random.Random(f"babi/{task}/{seed}")`` until they hold at least 10 % of the questions (100 of
+1,000 on every task whose stories all carry the same number of questions; 100–110 on tasks 18
+and 20), keeping the file order in both parts; the test file is whole. Whole stories, because
+a story carries several questions (5 on most tasks): held-out questions drawn one by one would
+share their story with training questions, and validation would reward remembered stories.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class BabiExample:
         question: the question's tokens, e.g. ``("where", "is", "mary", "?")``.
         answer: the file's answer field, lower-cased (``"kitchen"``, ``"apple,milk"``, ``"n,w"``).
         supporting: indices into ``story`` of the supporting statements, in the file's order.
+        story_id: which story of its file the question belongs to (0, 1, ... in file order).
     """
 
     task: int
@@ -77,6 +81,7 @@ class BabiExample:
     question: tuple[str, ...]
     answer: str
     supporting: tuple[int, ...]
+    story_id: int
 
     @property
     def answer_words(self) -> tuple[str, ...]:
@@ -118,6 +123,7 @@ def read_babi_file(path: str | Path, task: int) -> list[BabiExample]:
     statements: list[tuple[str, ...]] = []
     index_of: dict[int, int] = {}  # line number in the story → index into statements
     previous = 0
+    story_id = -1
     lines = path.read_text(encoding="utf-8").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -133,6 +139,7 @@ def read_babi_file(path: str | Path, task: int) -> list[BabiExample]:
         story_line = int(head)
         if story_line == 1:
             statements, index_of = [], {}
+            story_id += 1
         elif story_line != previous + 1:
             raise fail(f"line number {previous + 1} (or 1 to start a story)")
         previous = story_line
@@ -160,6 +167,7 @@ def read_babi_file(path: str | Path, task: int) -> list[BabiExample]:
                 question=tokenize_babi(question),
                 answer=answer.strip().lower(),
                 supporting=tuple(index_of[i] for i in support_lines),
+                story_id=story_id,
             )
         )
     return examples
@@ -168,17 +176,26 @@ def read_babi_file(path: str | Path, task: int) -> list[BabiExample]:
 def split_validation(
     examples: list[BabiExample], task: int, seed: int, fraction: float = VALID_FRACTION
 ) -> tuple[list[BabiExample], list[BabiExample]]:
-    """``(train, valid)``: ``round(fraction · len(examples))`` questions drawn with
-    ``random.Random(f"babi/{task}/{seed}")`` are held out; both keep the file order."""
+    """``(train, valid)``: whole stories, drawn in the order of
+    ``random.Random(f"babi/{task}/{seed}")``, are held out until they hold at least
+    ``round(fraction · len(examples))`` questions; no story is in both parts, and both keep the
+    file order."""
     if not 0 <= fraction < 1:
         raise ValueError(f"the validation fraction must be in [0, 1), got {fraction}")
-    held_out = set(
-        random.Random(f"babi/{task}/{seed}").sample(
-            range(len(examples)), round(fraction * len(examples))
-        )
-    )
-    train = [e for i, e in enumerate(examples) if i not in held_out]
-    valid = [e for i, e in enumerate(examples) if i in held_out]
+    stories = sorted({e.story_id for e in examples})
+    questions = {story: 0 for story in stories}
+    for example in examples:
+        questions[example.story_id] += 1
+    target = round(fraction * len(examples))
+    held_out: set[int] = set()
+    count = 0
+    for story in random.Random(f"babi/{task}/{seed}").sample(stories, len(stories)):
+        if count >= target:
+            break
+        held_out.add(story)
+        count += questions[story]
+    train = [e for e in examples if e.story_id not in held_out]
+    valid = [e for e in examples if e.story_id in held_out]
     return train, valid
 
 
@@ -190,8 +207,9 @@ def load_babi(
     Args:
         root: the ``babi`` directory (holding ``en/``) or its ``en/`` directory.
         task: 1–20.
-        seed: chooses the held-out validation questions.
-        valid_fraction: the share of training questions held out (0.1: 900 / 100).
+        seed: chooses the held-out validation stories.
+        valid_fraction: the least share of training questions held out, as whole stories
+            (0.1: 900 / 100 on most tasks).
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")

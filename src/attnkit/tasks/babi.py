@@ -259,7 +259,10 @@ class Babi(Task):
             FigureCanvasAgg(fig)
             ax = fig.add_subplot()
             hops = [f"hop {k + 1}" for k in range(weights.shape[1])]
-            draw_heatmap(ax, weights, hops, rows, annotate=len(kept) <= 20)
+            # during linear start the hops have no softmax: raw scores, possibly all negative,
+            # so the colour scale starts at their minimum instead of at 0
+            low = 0.0 if bool(weights.min() >= 0) else None
+            draw_heatmap(ax, weights, hops, rows, annotate=len(kept) <= 20, vmin=low)
             ax.xaxis.set_tick_params(rotation=0)
             title = f"{' '.join(example.question)} → {predicted} (answer: {example.answer})"
             ax.set_title(title, fontsize=10, loc="right")
