@@ -66,6 +66,13 @@ def _number(mean: float | None, std: float | None, n: int | None = None) -> str:
     return f"{mean:.1f}{spread}" + (f" (n={n})" if n else "")
 
 
+def _uniform(line: dict) -> str:
+    """The uniform-attention column; its number of seeds where it differs from the model's."""
+    seeds = line.get("uniform_seeds")
+    shown = seeds if seeds is not None and seeds != line["seeds"] else None
+    return _number(line.get("uniform"), line.get("uniform_std"), shown)
+
+
 def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
     out = [HEADER]
     out.append(
@@ -79,15 +86,19 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
         )
         paper = _number(line["paper"], line.get("paper_std"))
         peer = line.get("peer")
-        peer_text = "—" if not peer else (
-            f"{_number(peer['mean'], peer['std'], peer['seeds'])} "
-            f"({peer['library']}, {peer['seconds_per_epoch']:.3f} s/epoch; attnkit "
-            f"{line.get('seconds_per_step', float('nan')):.3f})"
+        peer_text = (
+            "—"
+            if not peer
+            else (
+                f"{_number(peer['mean'], peer['std'], peer['seeds'])} "
+                f"({peer['library']}, {peer['seconds_per_epoch']:.3f} s/epoch; attnkit "
+                f"{line.get('seconds_per_step', float('nan')):.3f})"
+            )
         )
         out.append(
             f"| `{name}` | {task} | {describe_model(config)} | {line['metric']} | {paper} | "
             f"**{_number(line['mean'], line['std'], line['seeds'])}** | "
-            f"{_number(line.get('uniform'), line.get('uniform_std'))} | {peer_text} | "
+            f"{_uniform(line)} | {peer_text} | "
             f"{line['minutes']:.1f} |"
         )
     out.append("")
@@ -97,8 +108,11 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
         out.append(f"- Paper: {line['paper_source']}.")
         out.append(
             f"- Command: `attnkit reproduce {name}"
-            + (f" --seeds {line['seeds']}" if line["seeds"] != reproduce.load(name).reproduce.seeds
-               else "")
+            + (
+                f" --seeds {line['seeds']}"
+                if line["seeds"] != reproduce.load(name).reproduce.seeds
+                else ""
+            )
             + f"` ({line['config']}); per-seed values: "
             + ", ".join(f"{v:.1f}" for v in line.get("values", []))
             + "."

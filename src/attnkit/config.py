@@ -269,6 +269,13 @@ class ReproduceSection(_Section):
         description="also train the peer library's model with the same settings and seeds "
         "(the task's run_peer; skipped, saying so, when the library is absent)",
     )
+    peer_seeds: int | None = Field(
+        None,
+        ge=1,
+        le=20,
+        description="seeds of the peer library's model, at most as many as the model's; "
+        "default: as many",
+    )
     uniform: list[str] | None = Field(
         default_factory=lambda: ["train.attention=uniform"],
         description="key=value overrides giving the same model with uniform attention; null "

@@ -192,6 +192,12 @@ def uniform_count(spec: ReproduceSection, count: int) -> int:
     return count if spec.uniform_seeds is None else min(spec.uniform_seeds, count)
 
 
+def peer_count(spec: ReproduceSection, count: int) -> int:
+    """Seeds of the peer library's model: ``reproduce.peer_seeds`` (at most ``count``), else
+    ``count``."""
+    return count if spec.peer_seeds is None else min(spec.peer_seeds, count)
+
+
 def _mean_std(values: Sequence[float]) -> tuple[float, float]:
     if not values:
         return math.nan, math.nan
@@ -248,7 +254,7 @@ def reproduce(
             )
     peers: list[dict[str, Any]] = []
     if spec.peer:
-        for seed in range(count):
+        for seed in range(peer_count(spec, count)):
             result = run_peer(config, seed, root / f"peer-seed-{seed}.json", log)
             if result is None:
                 break
@@ -279,7 +285,7 @@ def summary(
 ) -> dict[str, Any]:
     """The reproduction's JSON line: ``name``, ``metric``, ``mean``, ``std``, ``seeds``,
     ``paper``, ``paper_std``, ``paper_source``, ``uniform`` (mean with uniform attention, or
-    None), ``uniform_std``, ``minutes`` (training minutes per seed), ``seconds_per_step``
+    None), ``uniform_std``, ``uniform_seeds``, ``minutes`` (training minutes per seed), ``seconds_per_step``
     (median), ``peer`` (the peer library's mean, std, seconds per epoch, or None),
     ``wall_minutes`` and the ``config`` it ran."""
     spec = config.reproduce
@@ -301,6 +307,7 @@ def summary(
         "paper_source": f"{spec.paper}: {spec.source}",
         "uniform": round(u_mean, 3) if uniform else None,
         "uniform_std": round(u_std, 3) if uniform else None,
+        "uniform_seeds": len(uniform) if uniform else None,
         "minutes": round(minutes, 2),
         "seconds_per_step": round(
             statistics.median(s.seconds_per_step for s in done["attention"]), 4

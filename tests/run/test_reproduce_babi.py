@@ -214,3 +214,5 @@ def test_uniform_runs_are_at_most_the_models(data_root: Path) -> None:
     assert reproduce.uniform_count(spec.model_copy(update={"uniform_seeds": None}), 7) == 7
     assert reproduce.uniform_count(spec.model_copy(update={"uniform_seeds": 3}), 7) == 3
     assert reproduce.uniform_count(spec.model_copy(update={"uniform_seeds": 3}), 1) == 1
+    assert reproduce.peer_count(spec.model_copy(update={"peer_seeds": None}), 7) == 7
+    assert reproduce.peer_count(spec.model_copy(update={"peer_seeds": 3}), 7) == 3
