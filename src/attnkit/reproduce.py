@@ -285,8 +285,8 @@ def summary(
 ) -> dict[str, Any]:
     """The reproduction's JSON line: ``name``, ``metric``, ``mean``, ``std``, ``seeds``,
     ``paper``, ``paper_std``, ``paper_source``, ``uniform`` (mean with uniform attention, or
-    None), ``uniform_std``, ``uniform_seeds``, ``minutes`` (training minutes per seed), ``seconds_per_step``
-    (median), ``peer`` (the peer library's mean, std, seconds per epoch, or None),
+    None), ``uniform_std``, ``uniform_seeds``, ``minutes`` (training minutes per seed),
+    ``seconds_per_step`` (median), ``peer`` (the peer library's mean, std, seconds per epoch, or None),
     ``wall_minutes`` and the ``config`` it ran."""
     spec = config.reproduce
     assert spec is not None

@@ -21,8 +21,8 @@ What :func:`read_babi_file` makes of them:
 Validation: the files have none; the usual protocol (Sukhbaatar et al. 2015) holds out 10 % of
 the training questions. :func:`load_babi` holds out whole *stories*, drawn per task with
 ``random.Random(f"babi/{task}/{seed}")`` until they hold at least 10 % of the questions (100 of
-1,000 on every task whose stories all carry the same number of questions; 100–110 on tasks 18
-and 20), keeping the file order in both parts; the test file is whole. Whole stories, because
+1,000 on most tasks; the last story drawn may add a few, e.g. 104, 101 and 107 on tasks 17, 18
+and 20 with seed 0), keeping the file order in both parts; the test file is whole. Whole stories, because
 a story carries several questions (5 on most tasks): held-out questions drawn one by one would
 share their story with training questions, and validation would reward remembered stories.
 """
