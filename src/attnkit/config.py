@@ -175,14 +175,40 @@ def check_attention_kind(key: str, kind: str) -> None:
 
 
 class TrainConfig(_Section):
-    """Optimisation: Adam, a learning-rate schedule, clipping, evaluation and checkpoints."""
+    """Optimisation: the optimizer (Adam or plain SGD), a learning-rate schedule, gradient
+    clipping, evaluation and checkpoints."""
 
     steps: int = Field(ge=1)
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-3, gt=0.0)
-    schedule: Literal["constant", "cosine", "inverse_sqrt"] = "constant"
+    optimizer: Literal["adam", "sgd"] = Field(
+        "adam",
+        description="adam: torch.optim.Adam; sgd: torch.optim.SGD without momentum, "
+        "p ← p − lr·g (MemN2N's training, Sukhbaatar et al. 2015 §4.2)",
+    )
+    schedule: Literal["constant", "cosine", "inverse_sqrt", "halving"] = Field(
+        "constant",
+        description="the learning rate's factor after warm-up: constant, cosine decay to 0, "
+        "inverse square root, or halving: 0.5 ** floor((t − halve_after) / halve_every) from "
+        "step halve_after on, 1 before",
+    )
+    halve_every: int | None = Field(
+        None, ge=1, description="halving schedule: steps between two halvings of the rate"
+    )
+    halve_after: int | None = Field(
+        None,
+        ge=0,
+        description="halving schedule: the step the halving periods count from (the first "
+        "halving is at halve_after + halve_every)",
+    )
     warmup: int = Field(0, ge=0)
     clip_norm: float | None = Field(1.0, gt=0.0)
+    clip: Literal["global", "per_parameter"] = Field(
+        "global",
+        description="global: the gradient of all parameters together is scaled to norm at most "
+        "clip_norm (torch.nn.utils.clip_grad_norm_); per_parameter: each parameter's gradient "
+        "on its own (MemN2N's code clips each weight matrix)",
+    )
     label_smoothing: float = Field(0.0, ge=0.0, lt=1.0)
     supervised_weight: float = Field(
         0.0, ge=0.0, description="λ of the joint loss NLL + λ·L_attention (survey §4.2)"
@@ -196,7 +222,7 @@ class TrainConfig(_Section):
         True, description="stop at the first NaN/inf loss, naming the step and the likely cause"
     )
     weight_decay: float = Field(
-        0.0, ge=0.0, description="L2 penalty of Adam (torch.optim.Adam's weight_decay)"
+        0.0, ge=0.0, description="L2 penalty of the optimizer (torch.optim's weight_decay)"
     )
     patience: int | None = Field(
         None,
@@ -215,6 +241,24 @@ class TrainConfig(_Section):
         description="log the scalars and, at each evaluation, the report's attention heatmaps "
         "to RUN_DIR/tensorboard (needs the tensorboard extra)",
     )
+
+    @model_validator(mode="after")
+    def _halving_needs_its_period(self) -> TrainConfig:
+        halving = self.schedule == "halving"
+        for key in ("halve_every", "halve_after"):
+            value = getattr(self, key)
+            if halving and value is None:
+                raise ValueError(
+                    f"{key}: the halving schedule needs halve_every and halve_after (steps); "
+                    f"got {key}: null"
+                )
+            if not halving and value is not None:
+                raise ValueError(
+                    f"{key}: only the halving schedule reads it; got schedule: {self.schedule}"
+                )
+        if self.clip == "per_parameter" and self.clip_norm is None:
+            raise ValueError("clip: per_parameter clips each gradient to clip_norm; set clip_norm")
+        return self
 
 
 class ReproduceOver(_Section):

@@ -23,7 +23,7 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,11 @@ from attnkit.tensorboard import TensorBoardLogger, truncate_events
 
 
 def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
-    """The schedule's multiplier of ``train.lr`` at optimizer step ``t`` (linear warm-up, then
-    constant, cosine decay to 0, or inverse square root as in Vaswani et al. 2017)."""
+    """The schedule's multiplier of ``train.lr`` at optimizer step ``t`` (0-based: the rate of
+    the ``t+1``-th update): linear warm-up, then constant, cosine decay to 0, inverse square root
+    as in Vaswani et al. 2017, or halving, ``0.5 ** ⌊(t − halve_after) / halve_every⌋`` for
+    ``t ≥ halve_after`` and 1 before (Sukhbaatar et al. 2015 §4.2: "anneals every 25 epochs by
+    η/2")."""
     t_cfg = config.train
     warmup, total = t_cfg.warmup, t_cfg.steps
 
@@ -62,9 +65,38 @@ def learning_rate_factor(config: RunConfig) -> Callable[[int], float]:
             return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
         if t_cfg.schedule == "inverse_sqrt":
             return math.sqrt(max(warmup, 1) / (step + 1))
+        if t_cfg.schedule == "halving":
+            start, every = t_cfg.halve_after, t_cfg.halve_every
+            assert start is not None and every is not None  # TrainConfig requires both
+            return 0.5 ** ((step - start) // every) if step >= start else 1.0
         return 1.0
 
     return factor
+
+
+def make_optimizer(config: RunConfig, parameters: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """``train.optimizer``'s optimizer of ``parameters`` at ``train.lr``: Adam, or SGD without
+    momentum (``p ← p − lr·(g + weight_decay·p)``), each with ``train.weight_decay``."""
+    t = config.train
+    if t.optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=t.lr, momentum=0.0, weight_decay=t.weight_decay)
+    # fused: one kernel per step instead of ~10 passes over every parameter (6x faster on CPU)
+    return torch.optim.Adam(parameters, lr=t.lr, weight_decay=t.weight_decay, fused=True)
+
+
+def clip_gradients(parameters: Iterable[nn.Parameter], max_norm: float, clip: str) -> None:
+    """Scale gradients in place to an L2 norm of at most ``max_norm``: ``global``, all gradients
+    as one vector (``torch.nn.utils.clip_grad_norm_``); ``per_parameter``, each parameter's
+    gradient on its own, ``g ← g · min(1, max_norm / ‖g‖)`` (MemN2N's code clips each weight
+    matrix separately)."""
+    if clip == "global":
+        nn.utils.clip_grad_norm_(parameters, max_norm)
+    elif clip == "per_parameter":
+        for parameter in parameters:
+            if parameter.grad is not None:
+                nn.utils.clip_grad_norm_(parameter, max_norm)
+    else:
+        raise ValueError(f"train.clip: expected 'global' or 'per_parameter', got {clip!r}")
 
 
 def attention_as_configured(config: RunConfig, model: nn.Module) -> contextlib.AbstractContextManager:
@@ -84,7 +116,7 @@ class NonFiniteLossError(RuntimeError):
 def likely_cause(config: RunConfig, step: int) -> str:
     """The configuration's likeliest reason for a non-finite loss at ``step`` (a hint)."""
     t = config.train
-    if t.lr > 0.1:
+    if t.lr > 0.1 and t.optimizer == "adam":
         return f"train.lr: {t.lr:g} is large for Adam (1e-4 to 1e-2 is usual)"
     if step == 1:
         return "the first step: the data or the initial model (a NaN or inf in the inputs?)"
@@ -211,10 +243,7 @@ def _steps(
     check_shards(config, job, parallel.world)
 
     model = run.new_model().to(parallel.device)  # cuda:LOCAL_RANK under NCCL, else the CPU
-    # fused: one kernel per step instead of ~10 passes over every parameter (6x faster on CPU)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay, fused=True
-    )
+    optimizer = make_optimizer(config, model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate_factor(config))
     step = 0
     stopper = EarlyStopping(config.train.patience, run.path) if config.train.patience else None
@@ -276,7 +305,7 @@ def _steps(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if t.clip_norm is not None:
-                nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+                clip_gradients(model.parameters(), t.clip_norm, t.clip)
             lr = optimizer.param_groups[0]["lr"]
             optimizer.step()
             scheduler.step()

@@ -230,3 +230,97 @@ def test_temporal_noise_needs_temporal_encoding() -> None:
         net(temporal_encoding=False, temporal_noise=0.1)
     with pytest.raises(ValueError, match="temporal_noise"):
         net(temporal_noise=1.0)
+
+
+def test_fixed_linear_start_ends_after_exactly_n_validations_whatever_the_losses() -> None:
+    for losses in ((5.0, 4.0, 3.0, 2.0, 1.0), (1.0, 2.0, 3.0, 4.0, 5.0)):
+        model = net(linear_start=True, linear_start_epochs=3, linear_start_patience=1)
+        stays = []
+        for loss in losses:
+            model.after_validation({"loss": loss})
+            stays.append(model.linear)
+        assert stays == [True, True, False, False, False], losses
+    start = LinearStart(epochs=2)
+    assert [start.update(math.nan), start.update(math.inf)] == [True, False]  # losses unread
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="epochs must be a positive int"):
+            LinearStart(epochs=bad)
+    with pytest.raises(ValueError, match=r"linear_start_epochs .* needs one"):
+        net(linear_start_epochs=3)
+
+
+def test_fixed_linear_start_count_is_saved_with_the_model() -> None:
+    model = net(linear_start=True, linear_start_epochs=3)
+    model.after_validation({"loss": 1.0})
+    model.after_validation({"loss": 1.0})
+    keys = set(net(linear_start=True).state_dict())
+    assert set(model.state_dict()) == keys  # the same buffers as the patience rule's
+    resumed = net(linear_start=True, linear_start_epochs=3)
+    resumed.load_state_dict(model.state_dict())
+    assert resumed.linear
+    resumed.after_validation({"loss": 1.0})  # the third
+    assert not resumed.linear
+
+
+def null_hop_reference(model: EndToEndMemoryNetwork, slots: int) -> torch.Tensor:
+    """The first hop's weights ``[B, max(M, S)]`` in float64: the softmax over ``u·m_i`` of the
+    real memories and a score 0 for each of the ``S − n`` null memories (zero vectors)."""
+    table, temporal = model.embeddings[0].weight.detach().double(), model.temporal.detach().double()
+
+    def sentence(words: list[int]) -> torch.Tensor:
+        real = [w for w in words if w]
+        weights = paper_position_encoding(len(real), table.shape[1])
+        return sum(
+            (torch.tensor(weights[j], dtype=torch.float64) * table[w] for j, w in enumerate(real)),
+            torch.zeros(table.shape[1], dtype=torch.float64),
+        )
+
+    width = max(MEMORIES.shape[1], slots)
+    rows = []
+    for b in range(MEMORIES.shape[0]):
+        u = sentence(QUESTION[b].tolist())
+        real = [i for i in range(MEMORIES.shape[1]) if MASK[b, i]]
+        scores = [float(u @ (sentence(MEMORIES[b, i].tolist()) + temporal[0, i])) for i in real]
+        nulls = max(0, slots - len(real))
+        p = torch.softmax(torch.tensor(scores + [0.0] * nulls, dtype=torch.float64), 0)
+        row = torch.zeros(width, dtype=torch.float64)
+        row[real] = p[: len(real)]
+        # the null memories fill the slots below S that hold no real memory
+        row[[i for i in range(slots) if i not in real]] = p[len(real) :]
+        rows.append(row)
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("slots", [3, 4, 6])
+def test_null_memories_take_part_in_the_softmax_with_score_zero(slots: int) -> None:
+    model = net(null_memory_slots=slots).double()
+    out = model.read(MEMORIES, MASK, QUESTION)
+    assert out.weights.shape == (2, 3, max(4, slots))
+    torch.testing.assert_close(out.weights[:, 0], null_hop_reference(model, slots))
+    # a story of n < S memories leaves a share of the mass on its null memories
+    real_mass = (out.weights[:, :, :4] * MASK[:, None]).sum(-1).detach()  # [B, K]
+    for b, n in enumerate(MASK.sum(-1).tolist()):
+        assert bool((real_mass[b] < 1 - 1e-6).all()) == (n < slots), (b, n)
+    # linear start: a null memory's raw score is u·0 = 0 and its value 0
+    linear = net(null_memory_slots=slots, linear_start=True).double()
+    scores = linear.read(MEMORIES, MASK, QUESTION).weights
+    torch.testing.assert_close(scores[:, :, :4] * MASK[:, None], hop_reference(linear, True))
+    assert bool((scores[:, :, 4:] == 0).all()) and float(scores[1, :, 1:].detach().abs().sum()) == 0
+
+
+def test_a_story_of_the_longest_length_is_unchanged_by_null_memories() -> None:
+    full = MASK[:1]  # 3 real memories
+    plain = net().double().read(MEMORIES[:1, :3], full[:, :3], QUESTION[:1])
+    padded = net(null_memory_slots=3).double().read(MEMORIES[:1, :3], full[:, :3], QUESTION[:1])
+    torch.testing.assert_close(padded.logits, plain.logits, rtol=0, atol=0)
+    torch.testing.assert_close(padded.weights, plain.weights, rtol=0, atol=0)
+    # a short story's answer does not depend on the longer stories of its batch
+    model = net(null_memory_slots=2).double()
+    alone = model.read(MEMORIES[1:, :1], MASK[1:, :1], QUESTION[1:])
+    together = model.read(MEMORIES, MASK, QUESTION)  # padded to 4 for the 3-memory story
+    torch.testing.assert_close(together.logits[1:], alone.logits, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(together.weights[1:, :, :2], alone.weights)
+    assert float(together.weights[1:, :, 2:].detach().abs().sum()) == 0  # past S: masked out
+    for bad in (0, 7, 2.0):
+        with pytest.raises(ValueError, match="null_memory_slots must be an int"):
+            net(null_memory_slots=bad)

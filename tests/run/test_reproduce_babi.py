@@ -16,7 +16,7 @@ from attnkit.config import ConfigError, RunConfig, load_config
 from attnkit.data.babi import TASKS, load_babi
 from attnkit.tasks import job_for
 from attnkit.tasks.trainer import ClassificationJob
-from attnkit.train import train
+from attnkit.train import learning_rate_factor, train
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "reproduce" / "memn2n-babi.yaml"
 REPO = CONFIG.parents[2]
@@ -87,6 +87,70 @@ def test_config_refuses_what_the_model_cannot_do(data_root: Path) -> None:
         babi_config(data_root, "train.eval_every=null")
     with pytest.raises(ConfigError, match=r"data\.task"):
         babi_config(data_root, "data.task=21")
+    with pytest.raises(ConfigError, match=r"model\.linear_start_epochs: .*linear_start: true"):
+        babi_config(data_root, "model.linear_start=false")
+    with pytest.raises(ConfigError, match=r"model\.linear_start_epochs: .*greater than or equal"):
+        babi_config(data_root, "model.linear_start_epochs=-2")
+
+
+def test_the_config_is_the_authors_procedure(data_root: Path) -> None:
+    config = babi_config(data_root)
+    t, per_epoch = config.train, 29  # ceil(900 training questions / 32)
+    assert (t.optimizer, t.clip, t.schedule) == ("sgd", "per_parameter", "halving")
+    # the authors' summed loss at 0.005, clipped at 40, is the mean loss at 32 times the rate
+    assert t.lr == pytest.approx(0.005 * t.batch_size) and t.clip_norm == pytest.approx(40 / 32)
+    assert t.eval_every == per_epoch and t.steps == 120 * per_epoch
+    assert config.model.linear_start_epochs == 20 and config.model.null_memories
+    # halved at the start of the 25th, 50th, 75th and 100th epoch after the 20 of linear start
+    factor = learning_rate_factor(config)
+    epochs = [factor(e * per_epoch) for e in range(120)]  # the rate of (0-based) epoch e
+    assert epochs == [0.5 ** max(0, (e - 20 + 1) // 25) for e in range(120)]
+    assert epochs[43] == 1.0 and epochs[44] == 0.5 and epochs[119] == 1 / 16
+
+
+def test_null_memories_pad_to_the_longest_training_story(data_root: Path) -> None:
+    for task, longest in ((6, 26), (3, 50)):  # task 3's stories reach 224 sentences: capped
+        job = job_for(babi_config(data_root, f"data.task={task}"))
+        state = job.learnt()
+        stories = [len(e.story) for e in job.examples["train"]]
+        assert state["null_memory_slots"] == min(50, max(stories)) == longest
+        assert job.build_model().null_memory_slots == longest
+        plain = job_for(babi_config(data_root, f"data.task={task}", "model.null_memories=false"))
+        assert "null_memory_slots" not in plain.learnt()
+        assert plain.build_model().null_memory_slots is None
+
+
+def test_fixed_linear_start_switches_after_n_validations_and_resumes(
+    data_root: Path, tmp_path
+) -> None:
+    config = babi_config(
+        data_root,
+        "data.task=6",
+        "data.max_examples=64",
+        "data.max_eval_examples=24",
+        "train.steps=7",
+        "train.batch_size=16",
+        "train.eval_every=1",
+        "train.checkpoint_every=1",
+        "train.keep_checkpoints=7",
+        "train.halve_after=2",
+        "train.halve_every=2",
+        "model.linear_start_epochs=5",
+    )
+    quiet = {"quiet": True, "log": lambda _: None}
+    whole = train(config, run_dir=tmp_path / "whole", **quiet)
+    part = train(config, run_dir=tmp_path / "part", stop_after=3, **quiet)
+    train(config, resume=part.path, **quiet)
+    active = []
+    for step in range(1, 8):
+        name = f"step-{step:08d}.safetensors"
+        a = load_file(whole.path / "checkpoints" / name)
+        b = load_file(part.path / "checkpoints" / name)
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=f"{step} {key}")
+        (linear,) = [v for k, v in a.items() if k.endswith("linear_start.active")]
+        active.append(bool(linear))
+    assert active == [True, True, True, True, False, False, False]  # the 5th validation
 
 
 def test_each_validation_reaches_the_model_and_switches_linear_start(data_root: Path) -> None:
@@ -95,6 +159,7 @@ def test_each_validation_reaches_the_model_and_switches_linear_start(data_root: 
         "data.max_examples=64",
         "data.max_eval_examples=40",
         "model.linear_start_patience=1",
+        "model.linear_start_epochs=null",  # the patience rule
     )
     job = ClassificationJob(config)
     job.learnt()
@@ -119,7 +184,9 @@ def test_linear_start_resumes_where_the_uninterrupted_run_switches(
         "train.eval_every=1",
         "train.checkpoint_every=3",
         "train.lr=0.02",
+        "train.optimizer=adam",
         "model.linear_start_patience=2",
+        "model.linear_start_epochs=null",  # the patience rule
     )
     quiet = {"quiet": True, "log": lambda _: None}
     whole = train(config, run_dir=tmp_path / "whole", **quiet)

@@ -33,14 +33,27 @@ Two training devices of §4.2 and §4.1:
   ``p^k_i = u^k·m_i`` (:class:`Unnormalized`).
   The training loop reports each validation to :meth:`EndToEndMemoryNetwork.after_validation`;
   :class:`LinearStart` keeps the best validation loss and re-inserts the softmaxes at the first
-  validation that does not lower it (``patience`` validations). Its state is buffers of the
-  model, so checkpoints carry it and a resumed run switches where the uninterrupted one does.
+  validation that does not lower it (``patience`` validations), or, with
+  ``linear_start_epochs=N``, after exactly ``N`` validations whatever their losses (the authors'
+  code: 20 epochs of linear start). Its state is buffers of the model, so checkpoints carry it
+  and a resumed run switches where the uninterrupted one does.
 * **random noise** (RN, ``temporal_noise=0.1``): in training, up to 10 % of empty memories are
   added to each story at random, to regularise ``T_A``. The empty memories are realised as
   unused temporal slots: a story of ``n`` memories draws ``n_0`` uniform in
   ``{0, …, ⌈0.1 n⌉}`` and its memories take ``n`` random slots of ``0 … n + n_0 − 1`` in their
   order (newest first), so ``T(i)`` no longer says exactly how many sentences ago a memory was
   (slots past ``memory_size − 1`` share the last one). Evaluation uses the exact slots.
+
+**Null memories** (``null_memory_slots=S``): the paper pads every story "to a fixed size" with
+a null symbol whose embedding is zero (§4.2), and the authors' code keeps those empty memories in
+each hop's softmax. A story of ``n < S`` memories gets ``S − n`` memories ``m_i = c_i = 0`` (no
+word, no temporal term) that the softmax includes with score ``u·0 = 0``::
+
+    p^k = softmax([u^k·m_1, …, u^k·m_n, 0, …, 0])      (S − n zeros; they add nothing to o^k)
+
+so the mass left on the null memories lets a hop read less than one memory's worth. Without
+them (the default) padding is masked out and the real memories share all the mass. Stories of
+``S`` memories or more get none, so their answers are the same with or without the option.
 
 Each hop is one call of :func:`attnkit.attention` (query ``u^k``, keys ``m``, values ``c``, dot
 score, softmax), so ``attnkit.evaluate.ablate`` and ``attnkit.interpret.record`` see every hop.
@@ -122,12 +135,17 @@ class Unnormalized(Align):
 
 class LinearStart(nn.Module):
     """When linear start re-inserts the softmaxes: at the ``patience``-th validation whose loss
-    is not below the best seen (MemN2N §4.2: once the validation loss stops decreasing).
+    is not below the best seen (MemN2N §4.2: once the validation loss stops decreasing), or at
+    the ``epochs``-th validation when ``epochs`` is given (the authors' code: a fixed 20 epochs,
+    with one validation per epoch).
 
-    The state is three buffers (``active``, ``best_loss``, ``waited``), saved with the model.
+    The state is three buffers (``active``, ``best_loss``, ``waited``), saved with the model;
+    with ``epochs``, ``waited`` counts every validation so far.
 
     Args:
         patience: validations without a lower loss before the softmaxes return (the paper: 1).
+        epochs: validations before the softmaxes return, whatever the losses (None: the
+            ``patience`` rule).
 
     Example::
 
@@ -140,11 +158,15 @@ class LinearStart(nn.Module):
     best_loss: Tensor
     waited: Tensor
 
-    def __init__(self, patience: int = 1) -> None:
+    def __init__(self, patience: int = 1, epochs: int | None = None) -> None:
         super().__init__()
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
             raise ValueError(f"patience must be a positive int, got {patience!r}")
-        self.patience = patience
+        if epochs is not None and (
+            isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1
+        ):
+            raise ValueError(f"epochs must be a positive int or None, got {epochs!r}")
+        self.patience, self.epochs = patience, epochs
         self.register_buffer("active", torch.tensor(True))
         self.register_buffer("best_loss", torch.tensor(math.inf, dtype=torch.float64))
         self.register_buffer("waited", torch.tensor(0))
@@ -153,6 +175,11 @@ class LinearStart(nn.Module):
         """Take one validation loss; returns whether the model stays linear."""
         if not bool(self.active):
             return False
+        if self.epochs is not None:
+            self.waited += 1
+            if int(self.waited) >= self.epochs:
+                self.active.fill_(False)
+            return bool(self.active)
         if not math.isfinite(loss):
             raise ValueError(f"linear start needs a finite validation loss, got {loss}")
         if loss < float(self.best_loss):
@@ -253,6 +280,11 @@ class EndToEndMemoryNetwork(nn.Module):
         linear_start_patience: validations without a lower loss before they return.
         temporal_noise: random noise, the share of empty memories added in training
             (:func:`temporal_slots`; the paper: 0.1); needs ``temporal_encoding``.
+        linear_start_epochs: validations before the softmaxes return, whatever the losses
+            (None: the ``linear_start_patience`` rule).
+        null_memory_slots: ``S``, pad each story's memory with null memories up to ``S``
+            slots, kept in every hop's softmax (see the module docstring); None: padding is
+            masked out.
 
     Example::
 
@@ -279,6 +311,8 @@ class EndToEndMemoryNetwork(nn.Module):
         linear_start: bool = False,
         linear_start_patience: int = 1,
         temporal_noise: float = 0.0,
+        linear_start_epochs: int | None = None,
+        null_memory_slots: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -289,6 +323,18 @@ class EndToEndMemoryNetwork(nn.Module):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if null_memory_slots is not None and (
+            isinstance(null_memory_slots, bool)
+            or not isinstance(null_memory_slots, int)
+            or not 1 <= null_memory_slots <= memory_size
+        ):
+            raise ValueError(
+                f"null_memory_slots must be an int in [1, memory_size={memory_size}] or None, "
+                f"got {null_memory_slots!r}"
+            )
+        if linear_start_epochs is not None and not linear_start:
+            raise ValueError("linear_start_epochs says when linear start ends: it needs one")
+        self.null_memory_slots = null_memory_slots
         if sentence_encoding not in ("bag_of_words", "position"):
             raise ValueError(
                 f"sentence_encoding must be 'bag_of_words' or 'position', got {sentence_encoding!r}"
@@ -326,7 +372,9 @@ class EndToEndMemoryNetwork(nn.Module):
         )
         self.hop_modules = nn.ModuleList(MemoryHop() for _ in range(hops))
         # only when asked: a model without it keeps the state dict it always had
-        self.linear_start = LinearStart(linear_start_patience) if linear_start else None
+        self.linear_start = (
+            LinearStart(linear_start_patience, linear_start_epochs) if linear_start else None
+        )
         self.taxonomy = {"query_multiplicity": "Multi-Hop", "scoring": "Dot-Product"}
 
     def _encoding(self, words: Tensor) -> Tensor | None:
@@ -376,8 +424,9 @@ class EndToEndMemoryNetwork(nn.Module):
             question: word ids ``[B, L_q]``.
 
         Returns:
-            :class:`MemoryNetworkOutput` (logits ``[B, C]``, weights ``[B, K, M]``: the hops'
+            :class:`MemoryNetworkOutput` (logits ``[B, C]``, weights ``[B, K, M']``: the hops'
             ``p^k``, before linear start's switch their raw scores ``u^k·m_i``, states).
+            ``M' = max(M, null_memory_slots)``; a null memory's weight is in its slot.
         """
         if memories.dim() != 3 or memories.dtype != torch.long:
             raise ValueError(
@@ -405,16 +454,38 @@ class EndToEndMemoryNetwork(nn.Module):
         encoding = self._encoding(memories)
         # table t gives the values of hop t and the keys of hop t + 1 (A^{k+1} = C^k)
         vectors = [self._memory(t, memories, encoding, slots) for t in range(self.hops + 1)]
+        admissible = memory_mask
+        if self.null_memory_slots is not None:
+            vectors, admissible = self._with_null_memories(vectors, memory_mask)
         linear = self.linear
         for k in range(self.hops):
             keys, values = vectors[k], vectors[k + 1]  # m_i with A^{k+1}; c_i with C^{k+1}
-            u, p = self.hop_modules[k](u, keys, values, memory_mask, dropout, linear)
+            u, p = self.hop_modules[k](u, keys, values, admissible, dropout, linear)
             states.append(u)
             weights.append(p)  # [B, M]
         last = cast(nn.Embedding, self.embeddings[self.hops])
         answers = last.weight[self.answer_ids]  # rows of W^T = C^K: [C, d]
         logits = u @ answers.T  # eq. (3) before the softmax
         return MemoryNetworkOutput(logits, torch.stack(weights, 1), torch.stack(states, 1))
+
+    def _with_null_memories(
+        self, vectors: list[Tensor], memory_mask: Tensor
+    ) -> tuple[list[Tensor], Tensor]:
+        """The memory vectors ``[B, M', d]`` with every slot that holds no real memory zeroed,
+        ``M' = max(M, S)``, and the hops' mask ``[B, M']``: real memories and the slots below
+        ``S`` (so a story of ``n < S`` memories has ``S − n`` null memories, however wide the
+        batch; the slots past ``S`` of a batch padded for a longer story stay masked out)."""
+        assert self.null_memory_slots is not None
+        b, m = memory_mask.shape
+        width = max(m, self.null_memory_slots)
+        real = torch.zeros(b, width, dtype=torch.bool, device=memory_mask.device)
+        real[:, :m] = memory_mask
+        keep = real[..., None].to(vectors[0].dtype)  # [B, M', 1]
+        # zero vectors, not masked keys: the null symbol's embedding is zero (§4.2) and it has
+        # no temporal term, so the engine scores it u·0 = 0 inside the softmax
+        padded = [nn.functional.pad(v, (0, 0, 0, width - m)) * keep for v in vectors]
+        admissible = real | (torch.arange(width, device=real.device) < self.null_memory_slots)
+        return padded, admissible
 
     def forward(self, memories: Tensor, memory_mask: Tensor, question: Tensor) -> Tensor:
         """Answer logits ``[B, C]`` (see :meth:`read`)."""

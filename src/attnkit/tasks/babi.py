@@ -26,7 +26,12 @@ Model: :class:`attnkit.models.memory_network.EndToEndMemoryNetwork` (``model.kin
 memory_network``) with the paper's options: ``hops``, adjacent weight tying (the model's only
 tying), ``sentence_encoding: position`` (PE), ``temporal_encoding`` (TE), ``temporal_noise: 0.1``
 (RN) and ``linear_start`` (LS; the training loop reports each validation to the model, which
-re-inserts its softmaxes when the validation loss stops decreasing).
+re-inserts its softmaxes when the validation loss stops decreasing, or after
+``linear_start_epochs`` validations). With ``null_memories`` every story's memory is padded with
+null memories to ``S = min(memory_size, the longest training story)`` slots, kept in the hops'
+softmaxes as the authors' code pads stories to its ``config.sz``; ``S`` is computed from the
+training split when the vocabulary is, and saved with it in the run's task state, so a reloaded
+run rebuilds the same model.
 """
 
 from __future__ import annotations
@@ -92,6 +97,28 @@ class BabiMemoryNetworkConfig(MemoryNetworkModelConfig):
     temporal_noise: float = Field(
         0.0, ge=0.0, lt=1.0, description="RN: share of empty memories added in training (§4.1)"
     )
+    linear_start_epochs: int | None = Field(
+        None,
+        ge=1,
+        description="LS ends after exactly this many validations (epochs when train.eval_every "
+        "is an epoch; the authors' code: 20); null: when the validation loss stops decreasing "
+        "(linear_start_patience)",
+    )
+    null_memories: bool = Field(
+        False,
+        description="pad each story's memory to the task's longest training story (at most "
+        "memory_size) with zero memories that take part in every hop's softmax (the authors' "
+        "code; §4.2's null symbol); false: padding is masked out",
+    )
+
+    def architecture(self) -> dict[str, Any]:
+        # keys added after runs were saved: at their defaults they are left out, so those runs'
+        # checkpoints (saved without them) still resume and evaluate
+        keys = super().architecture()
+        for key, default in (("linear_start_epochs", None), ("null_memories", False)):
+            if keys[key] == default:
+                del keys[key]
+        return keys
 
 
 @TASKS.register("babi")
@@ -120,6 +147,11 @@ class Babi(Task):
             raise ValueError(
                 "model.linear_start: the softmaxes return when the validation loss stops "
                 "decreasing; set train.eval_every"
+            )
+        if model.linear_start_epochs is not None and not model.linear_start:
+            raise ValueError(
+                "model.linear_start_epochs: says when linear start ends; set model.linear_start: "
+                "true (or linear_start_epochs: null)"
             )
 
     def __init__(self, config: RunConfig) -> None:
@@ -167,15 +199,20 @@ class Babi(Task):
         words = Vocabulary.build(sentences, data.min_freq, data.max_vocab)
         # each answer is a word of its own, the row of the final softmax (lists included)
         words = Vocabulary([*words.itos, *(a for a in answers if a not in words)])
-        state = {"words": words.to_dict(), "answers": answers}
+        state: dict[str, Any] = {"words": words.to_dict(), "answers": answers}
+        if self.model_config.null_memories:
+            # the authors' config.sz: the longest training story, at most the memory's size
+            longest = max(len(e.story) for e in train)
+            state["null_memory_slots"] = max(1, min(self.model_config.memory_size, longest))
         self.restore(state)
         return state
 
     def restore(self, state: dict[str, Any]) -> None:
-        if set(state) != {"words", "answers"}:
+        if not {"words", "answers"} <= set(state) <= {"words", "answers", "null_memory_slots"}:
             raise ValueError(f"not a babi task's state: keys {sorted(state)}")
         self.words = Vocabulary.from_dict(state["words"])
         self.answers = tuple(state["answers"])
+        self.null_memory_slots: int | None = state.get("null_memory_slots")
         self._class_index = {answer: i for i, answer in enumerate(self.answers)}
         self._encoded.clear()
 
@@ -215,6 +252,11 @@ class Babi(Task):
     def build_model(self) -> nn.Module:
         section = self.model_config
         answer_ids = torch.tensor(self.words.encode(list(self.answers)), dtype=torch.long)
+        if section.null_memories and self.null_memory_slots is None:
+            raise ValueError(
+                "model.null_memories: the run's task state has no null_memory_slots (saved "
+                "without null memories); train it again with model.null_memories: true"
+            )
         return EndToEndMemoryNetwork(
             len(self.words),
             answer_ids,
@@ -228,6 +270,8 @@ class Babi(Task):
             linear_start=section.linear_start,
             linear_start_patience=section.linear_start_patience,
             temporal_noise=section.temporal_noise,
+            linear_start_epochs=section.linear_start_epochs,
+            null_memory_slots=self.null_memory_slots if section.null_memories else None,
         )
 
     def artifacts(self, model: nn.Module, examples: Sequence[Any], directory: Path) -> list[Path]:
