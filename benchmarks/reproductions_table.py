@@ -66,6 +66,21 @@ def _number(mean: float | None, std: float | None, n: int | None = None) -> str:
     return f"{mean:.1f}{spread}" + (f" (n={n})" if n else "")
 
 
+def _per_value_table(line: dict) -> list[str]:
+    """A reproduction over the values of one key (bAbI's tasks): one row per value, the
+    paper's number, attnkit's (the run chosen on validation, or the mean of the runs) and the
+    uniform-attention model's."""
+    key = line.get("over", "value").rsplit(".", 1)[-1]
+    paper, uniform = line.get("paper_per_value") or {}, line.get("uniform_per_value") or {}
+    rows = ["| " + key + " | paper | attnkit | uniform |", "|---|---|---|---|"]
+    for value, number in line["per_value"].items():
+        rows.append(
+            f"| {value} | {_number(paper.get(value), None)} | {number:.1f} | "
+            f"{_number(uniform.get(value), None)} |"
+        )
+    return rows
+
+
 def _uniform(line: dict) -> str:
     """The uniform-attention column; its number of seeds where it differs from the model's."""
     seeds = line.get("uniform_seeds")
@@ -113,10 +128,15 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
                 if line["seeds"] != reproduce.load(name).reproduce.seeds
                 else ""
             )
-            + f"` ({line['config']}); per-seed values: "
-            + ", ".join(f"{v:.1f}" for v in line.get("values", []))
-            + "."
+            + f"` ({line['config']})"
+            + (
+                "; per-seed values: " + ", ".join(f"{v:.1f}" for v in line["values"]) + "."
+                if "values" in line
+                else "."
+            )
         )
+        if "per_value" in line:
+            out += ["", *_per_value_table(line), ""]
         if name in notes:
             out.append(f"- {notes[name].strip()}")
         out.append("")
