@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,10 +183,8 @@ def split_validation(
     file order."""
     if not 0 <= fraction < 1:
         raise ValueError(f"the validation fraction must be in [0, 1), got {fraction}")
-    stories = sorted({e.story_id for e in examples})
-    questions = {story: 0 for story in stories}
-    for example in examples:
-        questions[example.story_id] += 1
+    questions = Counter(e.story_id for e in examples)  # story → its number of questions
+    stories = sorted(questions)
     target = round(fraction * len(examples))
     held_out: set[int] = set()
     count = 0
