@@ -415,6 +415,18 @@ class Checkpoint:
         groups, saved_groups = own["param_groups"], saved["param_groups"]
         if _group_sizes(groups) != _group_sizes(saved_groups):
             raise CheckpointError(f"{self.path}: optimizer parameter groups differ")
+        # another optimizer's settings (SGD's momentum where Adam keeps betas) are a changed
+        # configuration, not damage: say which settings each has
+        if groups and saved_groups and isinstance(saved_groups[0], dict):
+            own_keys = set(groups[0]) - {"params"}
+            saved_keys = set(saved_groups[0]) - {"params"}
+            if own_keys != saved_keys:
+                raise CheckpointError(
+                    f"{self.path}: saved by another optimizer (settings only it has: "
+                    f"{', '.join(sorted(saved_keys - own_keys)) or 'none'}; only this optimizer "
+                    f"has: {', '.join(sorted(own_keys - saved_keys)) or 'none'}); resume with "
+                    f"the optimizer the run was trained with, or start a new run"
+                )
         # the settings of each group: same keys and types as this optimizer's (values may differ)
         problem = _kind_difference(_as_json(groups), saved_groups, "param_groups")
         if problem is None and [g["params"] for g in groups] != [g["params"] for g in saved_groups]:

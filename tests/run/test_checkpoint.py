@@ -189,6 +189,23 @@ def test_a_model_of_other_shapes_is_left_untouched(tmp_path):
         assert torch.equal(value, before[key])  # nothing half-loaded
 
 
+def test_resuming_under_another_optimizer_names_both_and_loads_nothing(tmp_path):
+    model, optimizer, scheduler = _trained()  # Adam
+    json_path = _save(tmp_path, 1, model, optimizer, scheduler)
+    fresh = copy.deepcopy(model)
+    sgd = torch.optim.SGD(fresh.parameters(), lr=0.1)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(json_path, ARCH).restore(fresh, sgd)
+    message = str(info.value)
+    assert message.startswith(f"{json_path}: saved by another optimizer") and "\n" not in message
+    # Adam's own settings against SGD's own settings, as torch names them
+    assert "amsgrad, betas" in message and "dampening, momentum, nesterov" in message
+    assert sgd.state_dict()["state"] == {}
+    for key, value in fresh.state_dict().items():
+        assert torch.equal(value, before[key])
+
+
 #: files whose data format is a pickle, read by an Unpickler that admits listed classes only
 RESTRICTED_UNPICKLERS = {"src/attnkit/data/planetoid.py"}  # Planetoid's ind.* files
 
