@@ -66,6 +66,17 @@ def _number(mean: float | None, std: float | None, n: int | None = None) -> str:
     return f"{mean:.1f}{spread}" + (f" (n={n})" if n else "")
 
 
+def _paper(value: float | None, std: float | None) -> str:
+    """The paper's number as the paper prints it (36.52 stays 36.52)."""
+    if value is None:
+        return "—"
+
+    def printed(x: float) -> str:
+        return f"{x:.1f}" if round(x, 1) == x else f"{x:g}"
+
+    return printed(value) + ("" if std is None else f" ± {printed(std)}")
+
+
 def _per_value_table(line: dict) -> list[str]:
     """A reproduction over the values of one key (bAbI's tasks): one row per value, the
     paper's number, attnkit's (the run chosen on validation, or the mean of the runs) and the
@@ -81,14 +92,60 @@ def _per_value_table(line: dict) -> list[str]:
     return rows
 
 
+def _over(mean: float | None, line: dict, runs: int | None) -> str:
+    """A reproduction over several values (bAbI's tasks): the mean over the values of the run
+    chosen for each; its std would be the spread of the tasks, not of the seeds, so none."""
+    if mean is None:
+        return "—"
+    return f"{mean:.1f} ({len(line['per_value'])} {line.get('over', 'value').rsplit('.', 1)[-1]}s, best of {runs} runs each)"
+
+
+def _attnkit(line: dict) -> str:
+    if "per_value" in line:
+        return _over(line["mean"], line, line["seeds"])
+    return _number(line["mean"], line["std"], line["seeds"])
+
+
 def _uniform(line: dict) -> str:
     """The uniform-attention column; its number of seeds where it differs from the model's."""
+    if "per_value" in line:
+        return _over(line.get("uniform"), line, line.get("uniform_seeds") or line["seeds"])
     seeds = line.get("uniform_seeds")
     shown = seeds if seeds is not None and seeds != line["seeds"] else None
     return _number(line.get("uniform"), line.get("uniform_std"), shown)
 
 
+#: the order of the benchmarks on the page: graphs, memory, sentences, aspects, translation
+TASK_ORDER = ("planetoid", "babi", "sst2", "sst5", "trec", "mr", "semeval", "twitter", "multi30k")
+
+
+def _task_rank(name: str) -> tuple[int, str]:
+    corpus = reproduce.load(name).data.corpus
+    rank = next((i for i, t in enumerate(TASK_ORDER) if corpus.startswith(t)), len(TASK_ORDER))
+    return rank, name
+
+
+def _not_measured(rows: dict[str, dict]) -> list[str]:
+    """The reproductions with a configuration but no JSON line yet: named, never left out."""
+    missing = sorted((n for n in reproduce.names() if n not in rows), key=_task_rank)
+    if not missing:
+        return []
+    out = [
+        "## Not measured yet\n",
+        "Configured and tested with `--quick`, but no full reproduction has been run on this "
+        "machine yet (machine time): each is one `attnkit reproduce NAME`.\n",
+        "| reproduction | paper |",
+        "|---|---|",
+    ]
+    for name in missing:
+        spec = reproduce.load(name).reproduce
+        out.append(f"| `{name}` | {_paper(spec.value, spec.std)} |")
+    out.append("")
+    return out
+
+
 def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
+    rows = {name: rows[name] for name in sorted(rows, key=_task_rank)}
     out = [HEADER]
     out.append(
         "| reproduction | task | model | metric | paper | attnkit | uniform | peer | min/seed |\n"
@@ -99,7 +156,7 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
         task = config.data.corpus + (
             f" ({config.data.graph})" if hasattr(config.data, "graph") else ""
         )
-        paper = _number(line["paper"], line.get("paper_std"))
+        paper = _paper(line["paper"], line.get("paper_std"))
         peer = line.get("peer")
         peer_text = (
             "—"
@@ -112,7 +169,7 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
         )
         out.append(
             f"| `{name}` | {task} | {describe_model(config)} | {line['metric']} | {paper} | "
-            f"**{_number(line['mean'], line['std'], line['seeds'])}** | "
+            f"**{_attnkit(line)}** | "
             f"{_uniform(line)} | {peer_text} | "
             f"{line['minutes']:.1f} |"
         )
@@ -120,7 +177,7 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
     out.append("## Sources, commands and what explains each gap\n")
     for name, line in rows.items():
         out.append(f"### `{name}`\n")
-        out.append(f"- Paper: {line['paper_source']}.")
+        out.append(f"- Paper: {line['paper_source'].rstrip('.')}.")
         out.append(
             f"- Command: `attnkit reproduce {name}"
             + (
@@ -140,6 +197,7 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
         if name in notes:
             out.append(f"- {notes[name].strip()}")
         out.append("")
+    out += _not_measured(rows)
     return "\n".join(out).rstrip() + "\n"
 
 
