@@ -42,6 +42,12 @@ weights over the admissible keys (survey §4.1, extrinsic evaluation); *peer*: t
 library's implementation with the same hyper-parameters and seeds, where there is one; minutes
 of training per seed on this machine (2 CPU cores shared with other work, 1 thread per run).
 
+A row reruns exactly on the same torch build and thread count: `attnkit reproduce capsule-trec
+--seeds 1 --runs-dir /tmp/verify`, run from scratch on 2026-11-27, ended with final weights
+bitwise equal to the row's seed 0 (all 12 tensors) and the same test accuracies, 87.6 with
+attention and 88.8 with uniform attention. Another CPU or torch build may differ in the last
+bits of a step and so, after training, within the row's std.
+
 """
 
 
