@@ -103,7 +103,8 @@ def _over(mean: float | None, line: dict, runs: int | None) -> str:
     chosen for each; its std would be the spread of the tasks, not of the seeds, so none."""
     if mean is None:
         return "—"
-    return f"{mean:.1f} ({len(line['per_value'])} {line.get('over', 'value').rsplit('.', 1)[-1]}s, best of {runs} runs each)"
+    key = line.get("over", "value").rsplit(".", 1)[-1]  # data.task: "task"
+    return f"{mean:.1f} ({len(line['per_value'])} {key}s, best of {runs} runs each)"
 
 
 def _attnkit(line: dict) -> str:
