@@ -12,6 +12,7 @@ from docs/reproductions/notes.yaml (name: text), written by whoever ran the repr
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -26,6 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LINES = ROOT / "docs/reproductions/results.jsonl"
 NOTES = ROOT / "docs/reproductions/notes.yaml"
 PAGE = ROOT / "docs/reproductions.md"
+
+#: each configuration is read and validated once, however often the page refers to it
+_config = functools.cache(reproduce.load)
 
 HEADER = """# Reproductions
 
@@ -83,11 +87,16 @@ def _paper(value: float | None, std: float | None) -> str:
     return printed(value) + ("" if std is None else f" ± {printed(std)}")
 
 
+def _over_key(line: dict) -> str:
+    """The key a per-value reproduction runs over, by its last part (data.task: "task")."""
+    return line.get("over", "value").rsplit(".", 1)[-1]
+
+
 def _per_value_table(line: dict) -> list[str]:
     """A reproduction over the values of one key (bAbI's tasks): one row per value, the
     paper's number, attnkit's (the run chosen on validation, or the mean of the runs) and the
     uniform-attention model's."""
-    key = line.get("over", "value").rsplit(".", 1)[-1]
+    key = _over_key(line)
     paper, uniform = line.get("paper_per_value") or {}, line.get("uniform_per_value") or {}
     rows = ["| " + key + " | paper | attnkit | uniform |", "|---|---|---|---|"]
     for value, number in line["per_value"].items():
@@ -103,8 +112,7 @@ def _over(mean: float | None, line: dict, runs: int | None) -> str:
     chosen for each; its std would be the spread of the tasks, not of the seeds, so none."""
     if mean is None:
         return "—"
-    key = line.get("over", "value").rsplit(".", 1)[-1]  # data.task: "task"
-    return f"{mean:.1f} ({len(line['per_value'])} {key}s, best of {runs} runs each)"
+    return f"{mean:.1f} ({len(line['per_value'])} {_over_key(line)}s, best of {runs} runs each)"
 
 
 def _attnkit(line: dict) -> str:
@@ -127,7 +135,7 @@ TASK_ORDER = ("planetoid", "babi", "sst2", "sst5", "trec", "mr", "semeval", "twi
 
 
 def _task_rank(name: str) -> tuple[int, str]:
-    corpus = reproduce.load(name).data.corpus
+    corpus = _config(name).data.corpus
     rank = next((i for i, t in enumerate(TASK_ORDER) if corpus.startswith(t)), len(TASK_ORDER))
     return rank, name
 
@@ -145,7 +153,7 @@ def _not_measured(rows: dict[str, dict]) -> list[str]:
         "|---|---|",
     ]
     for name in missing:
-        spec = reproduce.load(name).reproduce
+        spec = _config(name).reproduce
         out.append(f"| `{name}` | {_paper(spec.value, spec.std)} |")
     out.append("")
     return out
@@ -159,7 +167,7 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
         "|---|---|---|---|---|---|---|---|---|"
     )
     for name, line in rows.items():
-        config = reproduce.load(name)
+        config = _config(name)
         task = config.data.corpus + (
             f" ({config.data.graph})" if hasattr(config.data, "graph") else ""
         )
@@ -189,7 +197,7 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
             f"- Command: `attnkit reproduce {name}"
             + (
                 f" --seeds {line['seeds']}"
-                if line["seeds"] != reproduce.load(name).reproduce.seeds
+                if line["seeds"] != _config(name).reproduce.seeds
                 else ""
             )
             + f"` ({line['config']})"
