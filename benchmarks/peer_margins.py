@@ -51,9 +51,14 @@ WHY = {
     "backend: q kᵀ, softmax in place, · v), 10 ms, and the three runs spread by 0.30, more than "
     "the margin asked; from n = 1024 it is 0.59-0.66x the formula, and 1.74x SDPA without "
     "weights at n = 2048 (target 1.9x)",
-    "encoder": "the attention is one of four blocks of the step; the feed-forward GEMMs, layer "
-    "norms and dropout run the same torch kernels on both sides, so the attention's gains are "
-    "diluted to a few percent of the step",
+    "encoder": "profile (benchmarks/profile_peers.py --row encoder --repeats 10, every other process held, "
+    "2026-11-27): the GEMMs are 79% of attnkit's self CPU time (198.7 of 253.1 ms a step) and 80% "
+    "of torch's (198.5 of 249.5 ms); dropout's random draws (bernoulli_) take 25.5 vs 25.0 ms and "
+    "the attention's batched products 12.2 ms on both sides. 0.95x of torch's step is 237.0 ms: 16 "
+    "ms less than attnkit's, more than half of the 28.9 ms that is neither GEMM nor random draws "
+    "(the feed-forward's ReLU, the dropout masks' products, layer norms, softmax, copies: the same "
+    "element-wise kernels as torch's 26.0 ms), so the margin would need torch's own kernels to run "
+    "faster",
 }
 PEERS = Path(__file__).resolve().parent / "peers.py"
 
