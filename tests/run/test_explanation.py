@@ -361,6 +361,8 @@ def test_wiegreffe_pinter_command_on_a_tiny_slice(shared_data, tmp_path, capsys)
     assert set(baselines) == {"trained", "uniform at test", "frozen uniform", "frozen random"}
     (sweep,) = result["result"]["adversarial"]
     assert sweep["lambda"] == 0.1 and 0 <= sweep["tvd"] <= 1 and 0 <= sweep["jsd"] <= math.log(2)
+    figure = tmp_path / "explanation" / "wiegreffe-pinter" / "tradeoff.png"
+    assert figure.read_bytes().startswith(b"\x89PNG") and f"trade-off curve: {figure}" in out
 
 
 def test_bad_arguments_say_what_was_expected(tmp_path, capsys) -> None:

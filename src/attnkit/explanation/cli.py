@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print,
         corpora=tuple(args.corpora) if args.corpora else None,
         encoders=tuple(args.encoders) if args.encoders else None,
+        progress=not args.quick,
     )
     started = time.time()
     if args.experiment == "jain-wallace":

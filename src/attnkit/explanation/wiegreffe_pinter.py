@@ -3,13 +3,17 @@ BiLSTM: accuracy and F1 of the trained-attention model, of the same model with u
 at test time, and of models trained with frozen uniform and frozen random attention; and their
 model-consistent adversarial training: a new model trained to keep the base model's predictions
 while moving its attention away, ``loss = TVD(ŷ_adv, ŷ_base) − λ·KL(α_adv ‖ α_base)``, for a
-sweep of ``λ``, giving the test TVD/JSD trade-off.
+sweep of ``λ``, giving the test TVD/JSD trade-off (a table, and a figure ``tradeoff.png`` in the
+store). ``λ = 0`` calibrates the sweep: a model trained only to agree with the base model's
+predictions, whose attention is free to settle anywhere.
 
 Shapes: probabilities ``[B, C]``, attention ``[B, L]`` (zero at padding).
 """
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,7 +84,10 @@ def _wp_settings(quick: bool) -> dict[str, Any]:
             "setting": Setting(hidden_dim=16, attention_dim=16, epochs=1, train_limit=200),
             "lambdas": (0.1,),
         }
-    return {"setting": Setting(), "lambdas": (0.001, 0.01, 0.1, 1.0)}
+    return {
+        "setting": Setting(),
+        "lambdas": (0.0, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.1, 1.0),
+    }
 
 
 def run_wiegreffe_pinter(options: Options) -> dict[str, Any]:
@@ -96,7 +103,10 @@ def run_wiegreffe_pinter(options: Options) -> dict[str, Any]:
     key = f"sst-lstm-seed{seed}"
     options.log(f"{key}: base model")
     base, base_metrics = jw_store.model(
-        key, corpus, setting, lambda: train(corpus, setting, seed, log=options.log)
+        key,
+        corpus,
+        setting,
+        lambda: train(corpus, setting, seed, log=options.log, progress=options.progress),
     )
     baselines = {"trained": base_metrics}
     uniform_at_test = store.result(f"{key}.uniform-at-test")
@@ -114,7 +124,9 @@ def run_wiegreffe_pinter(options: Options) -> dict[str, Any]:
             f"{key}-frozen-{mode}",
             corpus,
             setting,
-            lambda m=mode: train(corpus, setting, seed, mode=m, log=options.log),
+            lambda m=mode: train(
+                corpus, setting, seed, mode=m, log=options.log, progress=options.progress
+            ),
         )
         baselines[f"frozen {mode}"] = metrics
     train_split = corpus.train
@@ -136,6 +148,7 @@ def run_wiegreffe_pinter(options: Options) -> dict[str, Any]:
                 objective=adversarial_objective(probabilities, attention, lam),
                 select="last",
                 log=options.log,
+                progress=options.progress,
             ),
         )
         result = store.result(f"{name}.consistency")
@@ -145,7 +158,44 @@ def run_wiegreffe_pinter(options: Options) -> dict[str, Any]:
         sweep.append({"lambda": lam, **result})
     out = {"baselines": baselines, "adversarial": sweep}
     options.log(wiegreffe_pinter_tables(out))
+    figure = plot_tradeoff(sweep, store.root / "tradeoff.png")
+    options.log(f"trade-off curve: {figure}")
     return out
+
+
+def plot_tradeoff(sweep: list[dict[str, Any]], path: Path) -> Path:
+    """The test trade-off of the adversaries: output change TVD(ŷ_adv, ŷ_base) against attention
+    distance JSD(α_adv, α_base), one point per ``λ`` (labelled), joined in order of ``λ``, with
+    the JSD's ceiling ln 2. Written atomically to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = sorted(sweep, key=lambda r: r["lambda"])
+    fig, ax = plt.subplots(figsize=(5.0, 3.6))
+    ax.plot([r["tvd"] for r in points], [r["jsd"] for r in points], "o-", color="tab:blue")
+    for r in points:
+        ax.annotate(
+            f"λ={r['lambda']:g}",
+            (r["tvd"], r["jsd"]),
+            textcoords="offset points",
+            xytext=(4, -10),
+            fontsize=7,
+        )
+    ax.axhline(math.log(2), color="grey", linestyle="--", linewidth=0.8)
+    ax.text(0.0, math.log(2), " ln 2: the JSD's ceiling", va="bottom", fontsize=7, color="grey")
+    ax.set_xlabel("test TVD(ŷ_adv, ŷ_base): output change")
+    ax.set_ylabel("test JSD(α_adv, α_base): attention change")
+    ax.set_xlim(left=0.0)
+    ax.set_ylim(0.0, 0.75)
+    ax.set_title("Model-consistent adversaries, SST-2 BiLSTM", fontsize=9)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
 
 
 def wiegreffe_pinter_tables(out: dict[str, Any]) -> str:
