@@ -2,6 +2,8 @@
 
     python benchmarks/profile_peers.py                     # MHA fwd with weights, n = 1024
     python benchmarks/profile_peers.py --row encoder       # encoder training step, dropout 0.1
+    python benchmarks/profile_peers.py --row weights --n 512   # weights vs the materialised formula
+    python benchmarks/profile_peers.py --row softcap --n 2048  # score_mod vs compiled Flex (fwd)
     python benchmarks/profile_peers.py --quick             # small sizes: checks the script
 
 A ratio near 1.0 against torch says both sides spend their time in the same kernels. This script
@@ -37,8 +39,14 @@ def table(fn, repeats: int, top: int) -> tuple[str, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--row", choices=["mha", "encoder"], default="mha")
-    parser.add_argument("--n", type=int, help="sequence length (default 1024 mha, 128 encoder)")
+    parser.add_argument(
+        "--row", choices=["mha", "encoder", "weights", "softcap", "alibi"], default="mha"
+    )
+    parser.add_argument(
+        "--n",
+        type=int,
+        help="sequence length (default 1024 mha, 128 encoder, 512 weights, 2048 softcap/alibi)",
+    )
     parser.add_argument("--mode", choices=["fwd", "fwd+bwd"], default="fwd")
     parser.add_argument("--weights", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--repeats", type=int, default=5)
@@ -53,10 +61,19 @@ def main() -> None:
             "mode": args.mode,
         }
         build, peer = peer_rows.build_mha, "torch"
-    else:
+    elif args.row == "encoder":
         n = args.n or (16 if args.quick else 128)
         cfg = {"batch": 2 if args.quick else 8, "n": n, "dropout": 0.1, "mode": "fwd+bwd"}
         build, peer = peer_rows.build_encoder, "torch"
+    elif args.row == "weights":
+        # the peer is the materialised formula, the row's closest one (SDPA returns no weights)
+        cfg = {"n": args.n or (64 if args.quick else 512)}
+        build, peer = peer_rows.build_weights, "naive"
+    else:
+        # forward only: compiled FlexAttention has no CPU backward (peers.py says the same)
+        cfg = {"n": args.n or (128 if args.quick else 2048)}
+        build = peer_rows.build_softcap if args.row == "softcap" else peer_rows.build_alibi
+        peer = "flex"
     repeats = 1 if args.quick else args.repeats
     shares = {}
     for impl in ("attnkit", peer):

@@ -13,9 +13,9 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
-def _run(script: str) -> str:
+def _run(script: str, *args: str) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--quick"], env=env,
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), "--quick", *args], env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
@@ -66,9 +66,10 @@ def test_weights_memory_compares_the_engine_with_tiled() -> None:
     assert all(cell != "failed" for cell in cells)  # both processes measured, both timed
 
 
-def test_profile_peers_splits_the_time_into_gemm_and_the_rest() -> None:
-    out = _run("profile_peers.py")
-    for side in ("attnkit", "torch"):
+@pytest.mark.parametrize(("row", "peer"), [("mha", "torch"), ("weights", "naive")])
+def test_profile_peers_splits_the_time_into_gemm_and_the_rest(row: str, peer: str) -> None:
+    out = _run("profile_peers.py", "--row", row)
+    for side in ("attnkit", peer):
         assert f"{side}: self CPU " in out and "GEMM" in out
 
 
