@@ -72,7 +72,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from attnkit.core.backend import Declined
-from attnkit.core.call import AttentionCall, AttentionOutput, compute_dtype
+from attnkit.core.call import AttentionCall, AttentionOutput, compute_dtype, max_abs
 from attnkit.core.compile_failures import decline_after_failure, failure_reason, remember
 from attnkit.core.reference import score_features
 from attnkit.core.scores import Additive
@@ -474,7 +474,7 @@ def additive_kernel_attention(call: AttentionCall) -> AttentionOutput | Declined
     except Exception as error:  # inductor could not compile: the tiled backend can
         return decline_after_failure(_failed, key, error, "the additive kernel")
     _kernels[key] = None
-    if not bool(torch.isfinite(context).all()):
+    if context.numel() and not bool(torch.isfinite(max_abs(context))):  # one read, no copies
         # e.g. a NaN parameter of the score: the tiled backend defines what each row gets
         return Declined(("the compiled kernel's context is not finite",))
     return AttentionOutput(

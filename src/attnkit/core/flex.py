@@ -50,7 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from attnkit.core.backend import Declined
-from attnkit.core.call import AttentionCall, AttentionOutput
+from attnkit.core.call import AttentionCall, AttentionOutput, max_abs
 from attnkit.core.captured import reads_tensors_requiring_grad
 from attnkit.core.checks import check_score_mod
 from attnkit.core.compile_failures import decline_after_failure
@@ -243,12 +243,16 @@ def kernel_block_mask(call: AttentionCall, mask_mod: MaskMod | None) -> Any:
         q1 = min(m, q0 + Q_BLOCK)
         allowed = call.mask_block(q0, q1, 0, n) if mask_mod is not None else None
         if allowed is None:
-            allowed = torch.ones(1, 1, 1, 1, dtype=torch.bool, device=call.q.device)
-        allowed = allowed.expand(*allowed.shape[:2], q1 - q0, n)
-        tiles = torch.nn.functional.pad(allowed, (0, pad), value=False)
-        tiles = tiles.unflatten(-1, (n_kv, kv_block))  # [B', H', rows, KB, kv_block]
-        any_key = tiles.any(-1).any(-2)  # [B', H', KB]
-        every_key = tiles.all(-1).all(-2)
+            # every key admissible: each tile holds one (the padding is under one block), and
+            # all of them but for the padding (below); no need to read q1 - q0 by n booleans
+            any_key = torch.ones(1, 1, n_kv, dtype=torch.bool, device=call.q.device)
+            every_key = any_key.clone()
+        else:
+            allowed = allowed.expand(*allowed.shape[:2], q1 - q0, n)
+            tiles = torch.nn.functional.pad(allowed, (0, pad), value=False)
+            tiles = tiles.unflatten(-1, (n_kv, kv_block))  # [B', H', rows, KB, kv_block]
+            any_key = tiles.any(-1).any(-2)  # [B', H', KB]
+            every_key = tiles.all(-1).all(-2)
         if q1 - q0 < Q_BLOCK:  # an incomplete tile is never "full": its bounds are checked
             every_key = torch.zeros_like(every_key)
         if pad:
@@ -319,7 +323,7 @@ def flex_attention_forward(call: AttentionCall) -> AttentionOutput | Declined:
     except Exception as error:  # inductor or the mods could not compile: another backend can
         return decline_after_failure(_failed, key, error, "FlexAttention")
     _kernels[key] = None
-    if not bool(torch.isfinite(context).all()):
+    if context.numel() and not bool(torch.isfinite(max_abs(context))):  # one read, no copies
         # e.g. a +inf score: attnkit shares the row among the +inf keys, the kernel gives NaN
         return Declined(("the compiled kernel's context is not finite (a score was ±inf)",))
     return AttentionOutput(context=context)
