@@ -37,7 +37,13 @@ WHY = {
     "backend); the ratio measures only its block sizes (128 queries x 1024 keys) against Flex's "
     "defaults, which win 16-33% from n = 4096 but 2-4% at n = 2048 (medians of 3 runs): 5% below "
     "the kernel itself would need a faster kernel than FlexAttention's generated C++",
-    "alibi": "as softcap: the same compiled FlexAttention kernel on both sides",
+    "alibi": "profile (benchmarks/profile_peers.py --row alibi --n 2048, every other process held, "
+    "2026-11-27, after the block-grid and finiteness changes): the compiled kernel is 98.8% of "
+    "attnkit's self CPU time (165.8 of 167.9 ms a call) against FlexAttention's own 186.4 ms "
+    "under the profiler (172.7-182.7 ms in the runs); attnkit's work around the kernel is 2.1 ms."
+    " Both run FlexAttention's generated C++; at n = 2048 attnkit's block sizes (128 queries x "
+    "1024 keys) win 3-4%, from n = 4096 22-35%, so 0.95x here needs a kernel faster than "
+    "FlexAttention's own",
     "mha": "profile (benchmarks/profile_peers.py, idle, after the input-scan and blocked-weights "
     "changes), n = 512 forward with weights: the GEMMs are 86% of attnkit's self CPU time (39.3 "
     "of 45.8 ms a call) and 88% of torch's (37.1 of 42.0 ms); the rest, 6.5 vs 4.8 ms, is the "
@@ -45,8 +51,12 @@ WHY = {
     "copies (2.4 ms) against torch's fused bias-and-rescale kernel (0.9 ms). Reading the head "
     "views in place or copying them first costs the same (14.7 vs 15.3 ms for q kᵀ and the "
     "weights times v, measured alone), so 0.95x would need GEMMs faster than the same MKL calls. "
-    "The two fwd+bwd rows without weights (0.96, 0.97) run the same SDPA kernel and GEMMs on "
-    "both sides",
+    "The two fwd+bwd rows without weights (0.96, 0.97), profiled with every other process held "
+    "(2026-11-27, --no-weights --mode fwd+bwd): the same SDPA flash kernels take 49.4 vs 50.4 ms "
+    "a call at n = 512 and 190.0 vs 189.7 ms at n = 1024, the GEMMs 66.6 vs 65.8 and 133.2 vs "
+    "131.9 ms; everything else is 10.9 vs 14.3 and 12.6 vs 30.1 ms. 0.95x needs 2.9 ms (n = 512) "
+    "and 1.7 ms (n = 1024) more off attnkit's remainder, which holds an aten::cat of 2.8 ms a call "
+    "(n = 512) that torch's step does not have, beside copies and zero fills smaller than torch's",
     "weights": "at n = 512 attnkit's call is the materialised formula itself (the `dense` "
     "backend: q kᵀ, softmax in place, · v), 10 ms, and the three runs spread by 0.30, more than "
     "the margin asked; from n = 1024 it is 0.59-0.66x the formula, and 1.74x SDPA without "

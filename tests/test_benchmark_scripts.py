@@ -37,6 +37,9 @@ def test_limits_gives_every_call_as_a_fraction_of_the_machine() -> None:
         assert len(rows) == 4, call  # two sizes, fwd and fwd+bwd
     assert all("% of GEMM" in line or "tanh passes" in line for line in out.splitlines()
                if line.startswith("| 64 ") or line.startswith("| 128 "))  # fmt: skip
+    for call in ("**scaled_dot, general**", "**additive**", "**sparsemax, 1.5-entmax**"):
+        [line] = [line for line in out.splitlines() if line.startswith(f"- {call}: ")]
+        assert "% of the GEMM rate" in line or "tanh passes" in line
     summary = [line for line in out.splitlines() if line.startswith("- additive kernel at n=")]
     assert len(summary) == 2 and all("target <= 4" in line for line in summary)
 
