@@ -173,16 +173,13 @@ def plot_tradeoff(sweep: list[dict[str, Any]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     points = sorted(sweep, key=lambda r: r["lambda"])
-    fig, ax = plt.subplots(figsize=(5.0, 3.6))
-    ax.plot([r["tvd"] for r in points], [r["jsd"] for r in points], "o-", color="tab:blue")
-    for r in points:
-        ax.annotate(
-            f"λ={r['lambda']:g}",
-            (r["tvd"], r["jsd"]),
-            textcoords="offset points",
-            xytext=(4, -10),
-            fontsize=7,
-        )
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    ax.plot([r["tvd"] for r in points], [r["jsd"] for r in points], "-", color="lightgrey")
+    colours = plt.get_cmap("viridis")
+    for i, r in enumerate(points):  # a legend, not labels: nearby points would overlap
+        colour = colours(i / max(len(points) - 1, 1))
+        ax.plot(r["tvd"], r["jsd"], "o", color=colour, label=f"λ = {r['lambda']:g}")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     ax.axhline(math.log(2), color="grey", linestyle="--", linewidth=0.8)
     ax.text(0.0, math.log(2), " ln 2: the JSD's ceiling", va="bottom", fontsize=7, color="grey")
     ax.set_xlabel("test TVD(ŷ_adv, ŷ_base): output change")
