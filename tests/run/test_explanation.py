@@ -247,9 +247,24 @@ def test_jain_wallace_command_on_a_tiny_slice_resumes(shared_data, tmp_path, cap
     for r in rows:
         assert -1 <= r["tau_gradient"]["mean"] <= 1 and r["tau_loo"]["n"] == 6
         assert 0 <= r["adversarial_tvd"]["mean"] <= r["adversarial_epsilon"]
+    store = tmp_path / "explanation" / "jain-wallace"
+    assert (store / "tau.png").read_bytes().startswith(b"\x89PNG")
+    stored = json.loads((store / "sst-lstm-seed0.measures.json").read_text())
+    taus = [t for t in stored["tau_gradient_values"] if t is not None]
+    assert len(taus) == stored["tau_gradient"]["n"]
+    assert math.isclose(sum(taus) / len(taus), stored["tau_gradient"]["mean"], abs_tol=1e-6)
     again, second = run(capsys, *args)
     assert "epoch 1:" not in again  # models and measures are reused
     assert second["result"] == rows
+    # measures kept before the per-instance τ: τ alone is recomputed, the same as measured
+    for name in ("tau_gradient_values", "tau_loo_values"):
+        del stored[name]
+    (store / "sst-lstm-seed0.measures.json").write_text(json.dumps(stored))
+    third, again_rows = run(capsys, *args)
+    assert "sst-lstm-seed0: per-instance τ for the histograms" in third
+    assert again_rows["result"] == rows and "epoch 1:" not in third
+    restored = json.loads((store / "sst-lstm-seed0.measures.json").read_text())
+    assert [t for t in restored["tau_gradient_values"] if t is not None] == taus
 
 
 def cnn_states_by_hand(model: AdditiveAttentionClassifier, ids: list[int]) -> torch.Tensor:

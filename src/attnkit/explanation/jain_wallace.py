@@ -6,7 +6,8 @@
   the attention detached: the replacement ``α ↦ α.detach()`` of :func:`attnkit.evaluate.ablate`),
   and between ``α`` and the leave-one-out importance ``Δŷ_t = TVD(ŷ(x_{-t}), ŷ(x))``;
   ``ŷ`` is the probability of the predicted class; reported as mean ± std over instances and
-  the fraction with ``p < 0.05`` (their Table 2, Fig. 2);
+  the fraction with ``p < 0.05`` (their Table 2), and each instance's τ, drawn as histograms
+  per encoder (their Fig. 2: :func:`plot_tau`, ``tau.png`` in the store);
 * (b) ``Δŷ_med``: the median over ``P`` random permutations of ``α`` (among the real tokens,
   :func:`attnkit.evaluate.ablation.permuted_weights`) of ``TVD(ŷ(α_perm), ŷ(α))`` (their Fig. 3);
 * (c) the largest ``JSD(α, α̃)`` found with ``TVD(ŷ(α̃), ŷ(α)) <= ε`` per instance
@@ -23,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -177,6 +179,42 @@ class Distribution:
         return cls(float(v.mean()), float(v.std()), float(np.median(v)), len(v), sig)
 
 
+def tau_values(
+    model: AdditiveAttentionClassifier, split: Split, chunk: int = 50
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """(a) per instance with two or more tokens: ``τ(α, g)``, its p-value, ``τ(α, Δŷ_loo)``, its
+    p-value (Kendall's τ-b, :func:`kendall`)."""
+    model.eval()
+    _, attention = predict(model, split)
+    tau_g, p_g, tau_loo, p_loo = [], [], [], []
+    for start in range(0, len(split), chunk):
+        indices = list(range(start, min(start + chunk, len(split))))
+        grads = gradient_importance(model, batch_of(split, indices))
+        for row, i in enumerate(indices):
+            alpha = attention[i]
+            n = len(alpha)
+            if n < 2:
+                continue  # a rank correlation needs two tokens
+            t, p = kendall(alpha, grads[row, :n])
+            tau_g.append(t)
+            p_g.append(p)
+            question = None if split.questions is None else split.questions[i]
+            t, p = kendall(alpha, leave_one_out(model, split.passages[i], question))
+            tau_loo.append(t)
+            p_loo.append(p)
+    return tau_g, p_g, tau_loo, p_loo
+
+
+def per_instance_taus(tau_g: Sequence[float], tau_loo: Sequence[float]) -> dict[str, list]:
+    """The per-instance τ of a measures record (``None`` where τ is undefined: a constant
+    importance), for :func:`plot_tau`."""
+
+    def listed(values: Sequence[float]) -> list[float | None]:
+        return [None if math.isnan(v) else round(float(v), 6) for v in values]
+
+    return {"tau_gradient_values": listed(tau_g), "tau_loo_values": listed(tau_loo)}
+
+
 def jain_wallace_measures(
     model: AdditiveAttentionClassifier,
     split: Split,
@@ -191,26 +229,13 @@ def jain_wallace_measures(
     """(a) τ(α, g) and τ(α, Δŷ_loo), (b) Δŷ_med, (c) max JSD within ε over ``split``."""
     model.eval()
     _, attention = predict(model, split)
-    tau_g, p_g, tau_loo, p_loo = [], [], [], []
-    perm, jsd, tvd, found, max_attention = [], [], [], [], []
+    tau_g, p_g, tau_loo, p_loo = tau_values(model, split, chunk)
+    perm, jsd, tvd, found = [], [], [], []
+    max_attention = [float(alpha.max()) for alpha in attention]
     started = time.time()
     for start in range(0, len(split), chunk):
         indices = list(range(start, min(start + chunk, len(split))))
         batch = batch_of(split, indices)
-        grads = gradient_importance(model, batch)
-        for row, i in enumerate(indices):
-            alpha = attention[i]
-            n = len(alpha)
-            max_attention.append(float(alpha.max()))
-            if n < 2:
-                continue  # a rank correlation needs two tokens
-            t, p = kendall(alpha, grads[row, :n])
-            tau_g.append(t)
-            p_g.append(p)
-            question = None if split.questions is None else split.questions[i]
-            t, p = kendall(alpha, leave_one_out(model, split.passages[i], question))
-            tau_loo.append(t)
-            p_loo.append(p)
         changes = permutation_changes(model, batch, permutations, seed + start)
         perm.extend(changes.median(-1).values.tolist())
         _, j, d, f = adversarial_jsd(model, batch, epsilon, adversarial_steps, seed + start)
@@ -222,6 +247,7 @@ def jain_wallace_measures(
         "instances": len(split),
         "tau_gradient": asdict(Distribution.of(tau_g, p_g)),
         "tau_loo": asdict(Distribution.of(tau_loo, p_loo)),
+        **per_instance_taus(tau_g, tau_loo),
         "permutation_median_tvd": asdict(Distribution.of(perm)),
         "permutation_small": float(np.mean(np.asarray(perm) < 0.05)),
         "adversarial_jsd": asdict(Distribution.of(jsd)),
@@ -310,9 +336,63 @@ def run_jain_wallace(options: Options) -> list[dict[str, Any]]:
                     log=options.log,
                 )
                 store.save_result(f"{key}.measures", measures)
+            elif "tau_gradient_values" not in measures:
+                # measured before the per-instance τ were kept: τ alone is recomputed (the
+                # gradients and leave-one-out are deterministic), checked against the summary
+                options.log(f"{key}: per-instance τ for the histograms")
+                tau_g, _, tau_loo, _ = tau_values(
+                    model, _sample(corpus.test, measures["instances"], options.seed)
+                )
+                mean = Distribution.of(tau_g).mean
+                if not math.isclose(mean, measures["tau_gradient"]["mean"], abs_tol=1e-6):
+                    raise RuntimeError(
+                        f"{key}: the recomputed τ(α, g) has mean {mean:.6f}, the stored measures "
+                        f"{measures['tau_gradient']['mean']:.6f}: not the model or sample measured"
+                    )
+                measures = {**measures, **per_instance_taus(tau_g, tau_loo)}
+                store.save_result(f"{key}.measures", measures)
             rows.append({"corpus": name, "encoder": encoder, **metrics, **measures})
     options.log(jain_wallace_table(rows))
-    return rows
+    figure = plot_tau(rows, store.root / "tau.png")
+    options.log(f"τ histograms: {figure}")
+    return [{k: v for k, v in row.items() if not k.endswith("_values")} for row in rows]
+
+
+def plot_tau(rows: Sequence[dict[str, Any]], path: Path) -> Path:
+    """Histograms of the per-instance τ (their Fig. 2): one column per corpus, τ(α, g) above and
+    τ(α, Δŷ_loo) below, one outline per encoder. Written atomically to ``path`` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    corpora = list(dict.fromkeys(r["corpus"] for r in rows))
+    fig, axes = plt.subplots(
+        2, len(corpora), figsize=(3.0 * len(corpora), 4.6), squeeze=False, sharex=True
+    )
+    bins = np.linspace(-1, 1, 41)
+    names = {"lstm": "BiLSTM", "cnn": "CNN", "average": "average"}
+    for col, corpus in enumerate(corpora):
+        for line, (key, label) in enumerate(
+            (("tau_gradient_values", "τ(α, g)"), ("tau_loo_values", "τ(α, LOO)"))
+        ):
+            ax = axes[line][col]
+            for r in rows:
+                if r["corpus"] != corpus:
+                    continue
+                values = [v for v in r.get(key, []) if v is not None]
+                ax.hist(values, bins=bins, histtype="step", label=names.get(r["encoder"]))
+            ax.set_title(f"{corpus}: {label}", fontsize=8)
+            ax.tick_params(labelsize=7)
+    axes[0][-1].legend(fontsize=7, frameon=False)
+    for ax in axes[-1]:
+        ax.set_xlabel("Kendall τ per instance", fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
 
 
 def _pm(d: dict[str, Any]) -> str:
