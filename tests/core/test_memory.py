@@ -146,8 +146,8 @@ def test_predicted_peak_is_within_a_quarter_of_the_measured_one(
 
 def test_every_backend_is_measured_or_declares_why_not() -> None:
     """``flex`` and ``additive`` run inside compiled kernels, whose buffers inductor allocates
-    out of the dispatcher's sight, so the tally does not see them; they are the backends whose
-    predictions are not measured here."""
+    out of the dispatcher's sight, so the tally does not see them: their predictions are
+    measured against the RSS of a warm call in ``test_memory_compiled.py``."""
     from attnkit.core.engine import BACKENDS
 
     assert {b.name for b in BACKENDS.values()} == {*CASES, "flex", "additive"}

@@ -483,14 +483,15 @@ def additive_kernel_attention(call: AttentionCall) -> AttentionOutput | Declined
 
 
 def additive_kernel_memory(call: AttentionCall, backward: bool) -> int:
-    """Predicted peak bytes of :func:`additive_kernel_attention` (see ``memory.py``; not
-    tallied by ``tests/core/test_memory.py``, which does not see inside compiled kernels):
+    """Predicted peak bytes of :func:`additive_kernel_attention` (see ``memory.py``; measured
+    against the RSS of a warm call, the tally not seeing inside compiled kernels):
 
     - forward: the features ``q'``, ``k'`` ``[X, M|N, d_w]`` (and ``v`` cast to the compute
-      dtype), their padded block copies, the context and ``lse`` (blocked and final), and one
-      block's scores, probabilities and bias ``[X, bq, bk]`` (the hidden units are never held);
-    - backward: what the forward saved, the blocked copies again with ``dO``, the blocked and
-      final gradients of ``q'``, ``k'``, ``v``, the input gradients, and one block's stored
+      dtype), one padded block copy of them, and the context and ``lse`` (blocked and final); a
+      block's scores and probabilities live inside the compiled loop
+      (``tests/core/test_memory_compiled.py``);
+    - backward: what the forward saved, the blocked copies again with ``dO``, the gradients of
+      ``q'``, ``k'``, ``v`` (one blocked copy held at a time), the input gradients, and one block's stored
       ``tanh`` ``[X, bq, bk, d_w]`` with its ``[X, bq, bk]`` temporaries."""
     b, h, m, n = call.shape
     x = b * h
@@ -502,12 +503,11 @@ def additive_kernel_memory(call: AttentionCall, backward: bool) -> int:
     features = x * (m + n) * d_w * c + (x * n * d_v * c if c != item else 0)
     padded = x * (mp + np_) * d_w * c + x * np_ * d_v * c
     rows = x * (mp + m) * (d_v + 1) * c + (x * m * d_v * item if c != item else 0)
-    block = x * bq * (4 * bk + 3 * d_v) * c
-    forward = features + 2 * padded + rows + block
+    forward = features + padded + rows
     if not backward:
         return forward
     saved = features + x * m * (d_v + 1) * c
     blocked = padded + x * mp * (d_v + 2) * c
-    grads = 2 * padded + x * (m * call.q.shape[-1] + n * (call.k.shape[-1] + d_v)) * item
+    grads = padded + x * (m * call.q.shape[-1] + n * (call.k.shape[-1] + d_v)) * item
     stored = x * bq * bkb * d_w * c + x * bq * bkb * 6 * c + x * (bq + bkb) * (d_w + d_v) * 2 * c
     return max(forward, saved + blocked + grads + stored)

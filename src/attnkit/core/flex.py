@@ -333,16 +333,21 @@ def flex_memory(call: AttentionCall, backward: bool) -> int:
     """Predicted peak bytes of :func:`flex_attention_forward` (see ``memory.py``; forward only:
     the backend declines calls that need gradients): the context and the log-sum-exp the kernel
     returns, the ``BlockMask``'s tables (a few ints per tile) and, while it is built, one row of
-    query blocks of the bool mask ``[B, H, Q_BLOCK, N]``."""
+    query blocks of the mask, ``[B', H', Q_BLOCK, N]`` over the dims it varies in: 2 bytes an
+    entry for a bool mask or ``causal`` (the mask and its padded copy), freed before the kernel
+    runs; 10 for a ``mask_mod`` (an int64 expression and its bools, as a window's ``|i - j| <= w``),
+    whose rows measured beside the kernel's outputs (``tests/core/test_memory_compiled.py``)."""
     z = sizes(call)
-    _, _, m, n = call.shape
+    b, h, m, n = call.shape
     tiles = -(-m // Q_BLOCK) * -(-n // MASKED_KV_BLOCK)
     masked = call.mask is not None or call.causal or call.mask_mod is not None
-    mask_rows = z.b * z.h * Q_BLOCK * n * 2 if masked else 0
-    return (
-        feature_bytes(call)
-        + (z.context + z.rows) * z.item
-        + z.rows * 4
-        + 4 * tiles * 4 * (z.b * z.h if masked else 1)
-        + mask_rows
-    )
+    outputs = (z.context + z.rows) * z.item + z.rows * 4
+    if not masked:
+        return feature_bytes(call) + outputs + 4 * tiles * 4
+    one = call.mask_block(0, 1, 0, 1)  # the mask's broadcast dims, from one entry
+    varying = 1 if one is None else one.shape[0] * one.shape[1]
+    rows = min(varying, b * h) * Q_BLOCK * n
+    tables = 4 * tiles * 4 * b * h
+    if call.mask_mod is not None:
+        return feature_bytes(call) + outputs + tables + 10 * rows
+    return feature_bytes(call) + max(outputs, 2 * rows) + tables
