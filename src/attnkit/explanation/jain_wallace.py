@@ -36,7 +36,7 @@ from attnkit.evaluate.ablation import ablate
 from attnkit.evaluate.adversarial import adversarial_attention, total_variation
 from attnkit.explanation.attention_modes import ATTENTION
 from attnkit.explanation.data import Batch, Split, batch_of, load_corpus, pad
-from attnkit.explanation.runs import Options, Store
+from attnkit.explanation.runs import Options, Store, new_figure, save_figure
 from attnkit.explanation.training import Setting, encoder_setting, predict, train
 from attnkit.models.additive_attention_classifier import AdditiveAttentionClassifier
 
@@ -361,15 +361,9 @@ def run_jain_wallace(options: Options) -> list[dict[str, Any]]:
 def plot_tau(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     """Histograms of the per-instance τ (their Fig. 2): one column per corpus, τ(α, g) above and
     τ(α, Δŷ_loo) below, one outline per encoder. Written atomically to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     corpora = list(dict.fromkeys(r["corpus"] for r in rows))
-    fig, axes = plt.subplots(
-        2, len(corpora), figsize=(3.0 * len(corpora), 4.6), squeeze=False, sharex=True
-    )
+    fig = new_figure(3.0 * len(corpora), 4.6)
+    axes = fig.subplots(2, len(corpora), squeeze=False, sharex=True)
     bins = np.linspace(-1, 1, 41)
     names = {"lstm": "BiLSTM", "cnn": "CNN", "average": "average"}
     for col, corpus in enumerate(corpora):
@@ -387,12 +381,7 @@ def plot_tau(rows: Sequence[dict[str, Any]], path: Path) -> Path:
     axes[0][-1].legend(fontsize=7, frameon=False)
     for ax in axes[-1]:
         ax.set_xlabel("Kendall τ per instance", fontsize=8)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def _pm(d: dict[str, Any]) -> str:

@@ -32,6 +32,25 @@ class Options:
     progress: bool = False
 
 
+def new_figure(width: float, height: float) -> Any:
+    """A matplotlib ``Figure`` drawn by the Agg canvas: no pyplot, no global backend."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_figure(fig: Any, path: Path, dpi: int) -> Path:
+    """Write ``fig`` to ``path`` (PNG), atomically: a reader never sees half a file."""
+    fig.tight_layout()
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, format="png", dpi=dpi)
+    tmp.replace(path)
+    return path
+
+
 class Store:
     """``RUNS/explanation/<experiment>/``: trained models (safetensors) and results (JSON),
     reused when present so that a command resumes."""

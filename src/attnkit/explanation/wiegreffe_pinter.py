@@ -22,7 +22,7 @@ from torch import Tensor
 from attnkit.evaluate.adversarial import jensen_shannon, total_variation
 from attnkit.evaluate.metrics import accuracy, macro_f1
 from attnkit.explanation.data import Batch, Split, load_corpus
-from attnkit.explanation.runs import Options, Store
+from attnkit.explanation.runs import Options, Store, new_figure, save_figure
 from attnkit.explanation.training import Objective, Setting, evaluate, predict, train
 from attnkit.models.additive_attention_classifier import AdditiveAttentionClassifier
 
@@ -167,15 +167,13 @@ def plot_tradeoff(sweep: list[dict[str, Any]], path: Path) -> Path:
     """The test trade-off of the adversaries: output change TVD(ŷ_adv, ŷ_base) against attention
     distance JSD(α_adv, α_base), one point per ``λ`` (labelled), joined in order of ``λ``, with
     the JSD's ceiling ln 2. Written atomically to ``path`` (PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
 
     points = sorted(sweep, key=lambda r: r["lambda"])
-    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    fig = new_figure(5.6, 3.6)
+    ax = fig.add_subplot()
     ax.plot([r["tvd"] for r in points], [r["jsd"] for r in points], "-", color="lightgrey")
-    colours = plt.get_cmap("viridis")
+    colours = colormaps["viridis"]
     for i, r in enumerate(points):  # a legend, not labels: nearby points would overlap
         colour = colours(i / max(len(points) - 1, 1))
         ax.plot(r["tvd"], r["jsd"], "o", color=colour, label=f"λ = {r['lambda']:g}")
@@ -187,12 +185,7 @@ def plot_tradeoff(sweep: list[dict[str, Any]], path: Path) -> Path:
     ax.set_xlim(left=0.0)
     ax.set_ylim(0.0, 0.75)
     ax.set_title("Model-consistent adversaries, SST-2 BiLSTM", fontsize=9)
-    fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def wiegreffe_pinter_tables(out: dict[str, Any]) -> str:
