@@ -491,8 +491,8 @@ def additive_kernel_memory(call: AttentionCall, backward: bool) -> int:
       block's scores and probabilities live inside the compiled loop
       (``tests/core/test_memory_compiled.py``);
     - backward: what the forward saved, the blocked copies again with ``dO``, the gradients of
-      ``q'``, ``k'``, ``v`` (one blocked copy held at a time), the input gradients, and one block's stored
-      ``tanh`` ``[X, bq, bk, d_w]`` with its ``[X, bq, bk]`` temporaries."""
+      ``q'``, ``k'``, ``v`` (one blocked copy held at a time), the input gradients, and one
+      block's stored ``tanh`` ``[X, bq, bk, d_w]`` with its ``[X, bq, bk]`` temporaries."""
     b, h, m, n = call.shape
     x = b * h
     d_w, d_v = call.score.elements_per_score, call.v.shape[-1]

@@ -336,7 +336,8 @@ def flex_memory(call: AttentionCall, backward: bool) -> int:
     query blocks of the mask, ``[B', H', Q_BLOCK, N]`` over the dims it varies in: 2 bytes an
     entry for a bool mask or ``causal`` (the mask and its padded copy), freed before the kernel
     runs; 10 for a ``mask_mod`` (an int64 expression and its bools, as a window's ``|i - j| <= w``),
-    whose rows measured beside the kernel's outputs (``tests/core/test_memory_compiled.py``)."""
+    whose rows were measured beside the kernel's outputs (``tests/core/test_memory_compiled.py``).
+    A mask that cannot be evaluated on one entry is taken to vary over every batch and head."""
     z = sizes(call)
     b, h, m, n = call.shape
     tiles = -(-m // Q_BLOCK) * -(-n // MASKED_KV_BLOCK)
@@ -344,8 +345,11 @@ def flex_memory(call: AttentionCall, backward: bool) -> int:
     outputs = (z.context + z.rows) * z.item + z.rows * 4
     if not masked:
         return feature_bytes(call) + outputs + 4 * tiles * 4
-    one = call.mask_block(0, 1, 0, 1)  # the mask's broadcast dims, from one entry
-    varying = 1 if one is None else one.shape[0] * one.shape[1]
+    try:
+        one = call.mask_block(0, 1, 0, 1)  # the mask's broadcast dims, from one entry
+        varying = 1 if one is None else one.shape[0] * one.shape[1]
+    except Exception:  # a mask_mod that fails here fails in the call itself, with its own error
+        varying = b * h
     rows = min(varying, b * h) * Q_BLOCK * n
     tables = 4 * tiles * 4 * b * h
     if call.mask_mod is not None:
