@@ -180,12 +180,17 @@ class Distribution:
 
 
 def tau_values(
-    model: AdditiveAttentionClassifier, split: Split, chunk: int = 50
+    model: AdditiveAttentionClassifier,
+    split: Split,
+    chunk: int = 50,
+    attention: Sequence[Tensor] | None = None,
 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """(a) per instance with two or more tokens: ``τ(α, g)``, its p-value, ``τ(α, Δŷ_loo)``, its
-    p-value (Kendall's τ-b, :func:`kendall`)."""
+    p-value (Kendall's τ-b, :func:`kendall`); ``attention``: the model's weights on ``split`` when
+    the caller already has them."""
     model.eval()
-    _, attention = predict(model, split)
+    if attention is None:
+        _, attention = predict(model, split)
     tau_g, p_g, tau_loo, p_loo = [], [], [], []
     for start in range(0, len(split), chunk):
         indices = list(range(start, min(start + chunk, len(split))))
@@ -229,7 +234,7 @@ def jain_wallace_measures(
     """(a) τ(α, g) and τ(α, Δŷ_loo), (b) Δŷ_med, (c) max JSD within ε over ``split``."""
     model.eval()
     _, attention = predict(model, split)
-    tau_g, p_g, tau_loo, p_loo = tau_values(model, split, chunk)
+    tau_g, p_g, tau_loo, p_loo = tau_values(model, split, chunk, attention)
     perm, jsd, tvd, found = [], [], [], []
     max_attention = [float(alpha.max()) for alpha in attention]
     started = time.time()
