@@ -44,7 +44,8 @@ Columns: the paper's number and where it is; attnkit's mean ± standard deviatio
 (n); *uniform*: the same model trained and evaluated with its attention replaced by uniform
 weights over the admissible keys (survey §4.1, extrinsic evaluation); *peer*: the peer
 library's implementation with the same hyper-parameters and seeds, where there is one; minutes
-of training per seed on this machine (2 CPU cores shared with other work, 1 thread per run).
+of training per seed on this machine (2 CPU cores shared with other work, 1 thread per run);
+the command that reproduces the row.
 
 A row reruns exactly on the same torch build and thread count: `attnkit reproduce capsule-trec
 --seeds 1 --runs-dir /tmp/verify`, run from scratch on 2026-11-27, ended with final weights
@@ -159,12 +160,18 @@ def _not_measured(rows: dict[str, dict]) -> list[str]:
     return out
 
 
+def _command(name: str, line: dict) -> str:
+    """The command that reproduces the row: ``--seeds`` only where the row's differ."""
+    seeds = line["seeds"] != _config(name).reproduce.seeds
+    return f"attnkit reproduce {name}" + (f" --seeds {line['seeds']}" if seeds else "")
+
+
 def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
     rows = {name: rows[name] for name in sorted(rows, key=_task_rank)}
     out = [HEADER]
     out.append(
-        "| reproduction | task | model | metric | paper | attnkit | uniform | peer | min/seed |\n"
-        "|---|---|---|---|---|---|---|---|---|"
+        "| reproduction | task | model | metric | paper | attnkit | uniform | peer | min/seed "
+        "| command |\n|---|---|---|---|---|---|---|---|---|---|"
     )
     for name, line in rows.items():
         config = _config(name)
@@ -172,6 +179,8 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
             f" ({config.data.graph})" if hasattr(config.data, "graph") else ""
         )
         paper = _paper(line["paper"], line.get("paper_std"))
+        if config.reproduce.cell and line["paper"] is not None:
+            paper += f" ({config.reproduce.cell})"
         peer = line.get("peer")
         peer_text = (
             "—"
@@ -186,7 +195,7 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
             f"| `{name}` | {task} | {describe_model(config)} | {line['metric']} | {paper} | "
             f"**{_attnkit(line)}** | "
             f"{_uniform(line)} | {peer_text} | "
-            f"{line['minutes']:.1f} |"
+            f"{line['minutes']:.1f} | `{_command(name, line)}` |"
         )
     out.append("")
     out.append("## Sources, commands and what explains each gap\n")
@@ -194,13 +203,7 @@ def render(rows: dict[str, dict], notes: dict[str, str]) -> str:
         out.append(f"### `{name}`\n")
         out.append(f"- Paper: {line['paper_source'].rstrip('.')}.")
         out.append(
-            f"- Command: `attnkit reproduce {name}"
-            + (
-                f" --seeds {line['seeds']}"
-                if line["seeds"] != _config(name).reproduce.seeds
-                else ""
-            )
-            + f"` ({line['config']})"
+            f"- Command: `{_command(name, line)}` ({line['config']})"
             + (
                 "; per-seed values: " + ", ".join(f"{v:.1f}" for v in line["values"]) + "."
                 if "values" in line

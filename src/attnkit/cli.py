@@ -89,7 +89,7 @@ def _reproduce(args: argparse.Namespace) -> int:
             spec = reproduce.load(name).reproduce
             assert spec is not None
             number = "" if spec.value is None else f" {spec.value:g}"
-            print(f"{name:32s} {spec.metric}{number}  {spec.paper}: {spec.source}")
+            print(f"{name:32s} {reproduce.metric_name(spec)}{number}  {spec.paper}: {spec.source}")
         return 0
     if args.name is None:
         raise ValueError("name a reproduction (attnkit reproduce --list shows them)")

@@ -299,6 +299,12 @@ class ReproduceSection(_Section):
 
     paper: str = Field(min_length=1, description="authors, year and title")
     source: str = Field(min_length=1, description="where the number is: table, row and column")
+    cell: str | None = Field(
+        None,
+        min_length=1,
+        description="the paper's number in a few words for the table of reproductions, "
+        "e.g. 'Kim 2014, Table 2'; required with value",
+    )
     metric: str = Field(min_length=1, description="the key of results.json compared")
     scale: float = Field(1.0, gt=0.0, description="results.json's value times this (100: %)")
     value: float | None = Field(None, description="the paper's number, in its own unit")
@@ -371,6 +377,11 @@ class ReproduceSection(_Section):
             raise ValueError("paper_values: per-value numbers need `over`")
         if self.paper_failures is not None and self.fail_above is None:
             raise ValueError("paper_failures: failures are counted with fail_above; set it")
+        if self.value is not None and self.cell is None:
+            raise ValueError(
+                f"value: {self.value:g} needs cell, where the number is in a few words "
+                "(e.g. 'Kim 2014, Table 2')"
+            )
         return self
 
 

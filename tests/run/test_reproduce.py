@@ -10,7 +10,9 @@ import pytest
 import torch
 import yaml
 
+from attnkit import reproduce
 from attnkit.cli import main
+from attnkit.config import ConfigError, validate
 from attnkit.early_stopping import EarlyStopping
 from attnkit.evaluate.ablation import ablate
 from attnkit.mechanisms.graph import GraphAttention, GraphAttentionV2
@@ -31,7 +33,53 @@ def test_an_unknown_name_is_refused_listing_the_known_ones(capsys):
     assert "unknown reproduction 'gat-kora'" in err and "gat-cora" in err
 
 
-@pytest.mark.parametrize("name", ["gat-cora", "gat-citeseer", "gatv2-cora"])
+#: each corpus of configs/reproduce and the test file that runs its reproductions with
+#: ``--quick``, each parametrised by reproduce.names() so that no configuration is left out
+QUICK_TESTS = {
+    "planetoid": "test_reproduce.py",
+    "babi": "test_reproduce_babi.py",
+    **dict.fromkeys(("sst2", "sst5", "trec", "mr"), "test_reproduce_sentences.py"),
+    **dict.fromkeys(
+        ("semeval14_restaurants", "semeval14_laptops", "twitter", "semeval2015", "semeval2016"),
+        "test_reproduce_absa.py",
+    ),
+    "multi30k": "test_reproduce_multi30k.py",
+}
+
+
+def test_every_reproduction_has_a_quick_test() -> None:
+    corpora = {name: reproduce.load(name).data.corpus for name in reproduce.names()}
+    untested = {name: corpus for name, corpus in corpora.items() if corpus not in QUICK_TESTS}
+    assert not untested, f"no --quick test runs these reproductions: {untested}"
+    assert len(corpora) >= 53
+
+
+def test_list_shows_the_compared_measure_and_where_the_number_is(capsys) -> None:
+    assert main(["reproduce", "--list"]) == 0
+    lines = {row.split()[0]: row for row in capsys.readouterr().out.splitlines()}
+    assert set(lines) == set(reproduce.names())
+    # bAbI's paper gives error rates: the listing says so, as the JSON line does
+    assert " 1 - accuracy 13.9 " in lines["memn2n-babi"]
+    for name in lines:
+        spec = reproduce.load(name).reproduce
+        assert (spec.cell is None) == (spec.value is None), name
+
+
+def test_a_paper_number_needs_where_it_is(shared_data) -> None:
+    raw = yaml.safe_load((reproduce.CONFIG_DIRS[1] / "gat-cora.yaml").read_text())
+    del raw["reproduce"]["cell"]
+    with pytest.raises(ConfigError, match=r"reproduce.*value: 83 needs cell"):
+        validate(raw)
+
+
+def test_the_gatv2_model_is_named_as_such() -> None:
+    assert "GATv2" in reproduce.load("gatv2-cora").model.describe()
+    assert "GATv2" not in reproduce.load("gat-cora").model.describe()
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in reproduce.names() if reproduce.load(n).data.corpus == "planetoid"]
+)
 def test_a_quick_reproduction_ends_with_its_json_line(name, shared_data, tmp_path, capsys):
     argv = ["reproduce", name, "--quick", "--data", str(shared_data), "--runs-dir", str(tmp_path)]
     assert main([*argv, "--quiet", "--record", str(tmp_path / "lines.jsonl")]) == 0

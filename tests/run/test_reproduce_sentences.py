@@ -206,9 +206,18 @@ def test_every_configuration_validates_and_quotes_kim() -> None:
         assert config.data.phrases == (config.data.corpus in ("sst2", "sst5"))
 
 
-@pytest.mark.parametrize(
-    "name", [f"{m}-{s}{g}" for m in MODELS for s in SETS for g in ("", "-glove")]
-)
+def _attentive(name: str) -> bool:
+    config = reproduce.load(name)
+    return config.data.corpus in SETS and config.model.kind != "cnn"
+
+
+def test_every_attentive_model_is_configured_on_every_set_with_both_embeddings() -> None:
+    expected = {f"{m}-{s}{g}" for m in MODELS for s in SETS for g in ("", "-glove")}
+    assert {n for n in reproduce.names() if _attentive(n)} == expected
+
+
+# every configuration of these sets, not a list kept by hand: a new one is run here at once
+@pytest.mark.parametrize("name", [n for n in reproduce.names() if _attentive(n)])
 def test_quick_reproduction(name: str, shared_data, tmp_path) -> None:
     lines: list[str] = []
     line = reproduce.reproduce(

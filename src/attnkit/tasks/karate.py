@@ -99,6 +99,12 @@ class GATModelConfig(ModelSection):
         "O(N²))",
     )
 
+    def describe(self) -> str:
+        """``"Graph attention network (...): two GAT layers"``, or GATv2 layers with ``layer``."""
+        if self.layer == "gat":
+            return super().describe()
+        return "Graph attention network v2 (Brody et al. 2022): two GATv2 layers"
+
     def architecture(self) -> dict[str, Any]:
         # GAT is what every run had before the key existed: leaving it out keeps the
         # fingerprints of those runs' checkpoints; uniform attention changes no tensor
