@@ -164,6 +164,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, help="sequence length (override)")
     parser.add_argument("--bf16", action="store_true", help="bf16 rows on the CPU too")
     parser.add_argument("--repeats", type=int, help="interleaved repetitions (default 5)")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--note", default="", help="appended to the section's note (load, etc.)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cpu":
@@ -176,9 +178,22 @@ def main() -> None:
     start = time.perf_counter()
     rows = [row for dtype in dtypes for row in rows_for(device, dtype, n, repeats)]
     header = ["dtype", "n", "row", "pass", "attnkit ms", "peer ms", "attnkit/peer", "max |diff|"]
-    print(f"Device: {device_name(device)}; medians of {repeats} interleaved rounds")
-    print(common.table(header, rows))
-    print(f"({time.perf_counter() - start:.0f} s; B=1, H=8, D=64; MHA E=512)")
+    seconds = time.perf_counter() - start
+    lines = [
+        f"## The key rows on one device: {device.type.upper()} (`python benchmarks/device.py`)",
+        "",
+        f"Device: {device_name(device)}; medians of {repeats} interleaved rounds; B=1, H=8, D=64, "
+        f"MHA E=512; the whole script took {seconds:.0f} s. Ratios are attnkit/peer (< 1: "
+        "attnkit faster); max |diff| compares the outputs.",
+        "",
+        common.table(header, rows),
+        "",
+    ]
+    print("\n".join(lines))
+    # one section per device type: a GPU's run adds its own beside the CPU's
+    if not (args.quick or args.no_write):
+        common.save_section(f"device_{device.type}", lines, [], note=args.note)
+        print(f"wrote {common.write_docs()}")
 
 
 if __name__ == "__main__":

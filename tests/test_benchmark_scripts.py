@@ -47,7 +47,7 @@ def test_limits_gives_every_call_as_a_fraction_of_the_machine() -> None:
 @pytest.mark.filterwarnings("ignore")
 def test_device_runs_the_key_rows_on_this_device() -> None:
     out = _run("device.py")
-    assert out.startswith("Device: ")
+    assert out.startswith("## The key rows on one device: CPU") and "\nDevice: " in out
     for row in (
         "SDPA parity",
         "soft-capping score_mod vs compiled Flex",
