@@ -50,8 +50,10 @@ the command that reproduces the row.
 A row reruns exactly on the same torch build and thread count: `attnkit reproduce capsule-trec
 --seeds 1 --runs-dir /tmp/verify`, run from scratch on 2026-11-27, ended with final weights
 bitwise equal to the row's seed 0 (all 12 tensors) and the same test accuracies, 87.6 with
-attention and 88.8 with uniform attention. Another CPU or torch build may differ in the last
-bits of a step and so, after training, within the row's std.
+attention and 88.8 with uniform attention. The same command on a new machine of the same kind
+(AMD EPYC, 2 cores, torch 2.13.0+cpu, an empty runs directory; 2026-11-27, 21:38 UTC) gave the
+same two accuracies, 87.6 and 88.8, in 2.1 minutes. Another CPU or torch build may differ in
+the last bits of a step and so, after training, within the row's std.
 
 """
 
