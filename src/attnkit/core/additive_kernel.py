@@ -25,6 +25,12 @@ the CPU, Triton on CUDA, from the same code):
 
   (three reductions over the stored block, instead of autograd through it).
 
+Both blocks evaluate ``tanh(x)`` as ``2 σ(2x) − 1`` (:func:`tanh_by_sigmoid`), the same function:
+inductor's C++ code vectorises the sigmoid (an ``exp`` and a division) about four times faster
+than its ``tanh`` on the AMD EPYC of ``docs/benchmarks.md`` (0.56 against 2.41 ns per element,
+compiled, the reduction over ``d_w = 128`` included), at the same float32 error against float64
+(largest of 64 × 512 scores: 4.6·10⁻⁶ against 4.0·10⁻⁶).
+
 The per-vector features ``q' = W₁ q`` and ``k' = W₂ k + b`` and ``w · scale`` are computed
 before, under ordinary autograd, so their gradients reach ``q``, ``k`` and every parameter of the
 score as on the other backends. Inputs are cut into blocks padded to whole blocks (padded keys
@@ -101,6 +107,13 @@ _failed: OrderedDict[Hashable, str] = OrderedDict()  # kinds whose compilation f
 # --- the block computation, as plain PyTorch (what torch.compile compiles) --------------------
 
 
+def tanh_by_sigmoid(x: Tensor) -> Tensor:
+    """``tanh(x) = 2 σ(2x) − 1``, elementwise: what the compiled blocks evaluate (the module
+    docstring says why). Exact at ±∞ (σ saturates to 0 or 1); near 0 its error is absolute, a
+    few float32 ulps of 1, which the reduction over ``d_w`` units then dominates."""
+    return 2.0 * torch.sigmoid(2.0 * x) - 1.0
+
+
 def additive_forward_block(
     qf: Tensor,
     kf: Tensor,
@@ -126,7 +139,7 @@ def additive_forward_block(
     Returns:
         ``(row_max, row_sum, acc)`` after this block.
     """
-    s = (torch.tanh(qf.unsqueeze(-2) + kf.unsqueeze(-3)) * w).sum(-1) + bias  # [X, bq, bk]
+    s = (tanh_by_sigmoid(qf.unsqueeze(-2) + kf.unsqueeze(-3)) * w).sum(-1) + bias  # [X, bq, bk]
     new_max = torch.maximum(row_max, s.amax(-1))
     # a row with no admissible key so far keeps -inf: shift by 0 so exp(-inf) = 0, not NaN
     shift = torch.where(new_max == NEG_INF, torch.zeros_like(new_max), new_max)
@@ -159,7 +172,7 @@ def additive_backward_block(
     Returns:
         ``(dq' [X, bq, d_w], dk' [X, bk, d_w], dv [X, bk, Dv], dw [d_w])`` of this block.
     """
-    t = torch.tanh(qf.unsqueeze(-2) + kf.unsqueeze(-3))  # [X, bq, bk, d_w], kept for the block
+    t = tanh_by_sigmoid(qf.unsqueeze(-2) + kf.unsqueeze(-3))  # [X, bq, bk, d_w], kept
     s = (t * w).sum(-1) + bias
     p = torch.exp(s - lse.unsqueeze(-1))
     ds = p * (d_out @ v.transpose(-2, -1) - row_term.unsqueeze(-1))  # [X, bq, bk]
