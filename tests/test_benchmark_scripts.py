@@ -46,7 +46,7 @@ def test_limits_gives_every_call_as_a_fraction_of_the_machine() -> None:
 
 @pytest.mark.filterwarnings("ignore")
 def test_device_runs_the_key_rows_on_this_device() -> None:
-    out = _run("device.py")
+    out = _run("device.py", "--bf16")
     assert out.startswith("## The key rows on one device: CPU") and "\nDevice: " in out
     for row in (
         "SDPA parity",
@@ -59,6 +59,9 @@ def test_device_runs_the_key_rows_on_this_device() -> None:
     for line in out.splitlines():
         if line.startswith("| float32 ") and "no backward" not in line:
             assert float(line.split("|")[-2]) < 1e-4, line  # the outputs agree
+        if line.startswith("| bfloat16 ") and "no backward" not in line:
+            assert float(line.split("|")[-2]) < 5e-2, line  # within bf16's rounding
+    assert sum(line.startswith("| bfloat16 ") for line in out.splitlines()) == 9
 
 
 def test_weights_memory_compares_the_engine_with_tiled() -> None:
