@@ -62,6 +62,7 @@ from attnkit.config import (
     validate,
 )
 from attnkit.core.deprecation import warn_renamed
+from attnkit.core.memory import process_available_memory
 from attnkit.tasks import Job, Task, job_for
 
 __all__ = [
@@ -618,34 +619,10 @@ def model_bytes(job: Job) -> int | None:
 
 
 def available_memory() -> int | None:
-    """Bytes this process can still allocate: the system's available memory (Linux's
-    ``MemAvailable``), bounded by a container's limit (cgroup v2's ``memory.max`` less its
-    ``memory.current``) and by the address-space limit (``ulimit -v``) less what the process
-    maps; ``None`` where none is known."""
-    bounds = []
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    bounds.append(int(line.split()[1]) * 1024)
-    with contextlib.suppress(OSError, ValueError):  # "max" (no limit) is not a number
-        cgroup = Path("/sys/fs/cgroup")
-        limit = int((cgroup / "memory.max").read_text())
-        bounds.append(max(0, limit - int((cgroup / "memory.current").read_text())))
-    try:
-        import resource
-    except ImportError:  # not a Unix
-        return min(bounds, default=None)
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        mapped = 0
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            with open("/proc/self/status", encoding="ascii") as status:
-                for line in status:
-                    if line.startswith("VmSize:"):
-                        mapped = int(line.split()[1]) * 1024
-        bounds.append(max(0, soft - mapped))
-    return min(bounds, default=None)
+    """Bytes this process can still allocate, or ``None`` where none is known:
+    :func:`attnkit.core.memory.process_available_memory` (the system's available memory,
+    bounded by a container's limit and by ``ulimit -v``)."""
+    return process_available_memory()
 
 
 def check_model_fits(config: RunConfig, job: Job) -> None:

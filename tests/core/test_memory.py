@@ -13,6 +13,8 @@ and ``ak.explain`` shows the predictions.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -251,3 +253,20 @@ def test_explain_shows_every_prediction_beside_the_reasons() -> None:
     dense = next(line for line in table if line.split()[0] == "dense")
     assert dense.endswith("runs") and "MiB" in dense  # 8 x 4096^2 float32 weights: 512 MiB
     assert "forward;" in text  # meta tensors need no gradients
+
+
+def test_the_default_budget_is_bounded_by_the_address_space_limit() -> None:
+    """`ulimit -v` (as a container's memory.max) bounds what the process can allocate, so the
+    default budget (half of what is available) must follow it, not the machine's free memory."""
+    code = (
+        "import re, resource, torch, attnkit as ak\n"
+        "vm = next(int(l.split()[1]) * 1024 for l in open('/proc/self/status')"
+        " if l.startswith('VmSize:'))\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), resource.RLIM_INFINITY))\n"
+        "q = torch.randn(1, 1, 8, 4)\n"
+        "print(re.search(r'budget ([0-9.]+ [KMG]iB)', ak.explain(q, q, q)).group(1))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # one GiB more than was mapped: half of it at most, where the machine has GiBs free
+    assert parse_budget(done.stdout.strip()) <= 512 * 2**20

@@ -24,11 +24,13 @@ Shapes: B batch, H heads, M queries, N keys, D/Dv feature sizes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -189,25 +191,49 @@ def parse_budget(value: int | str) -> int:
 _available: tuple[float, int] | None = None  # (when read, bytes): read again after a second
 
 
+def process_available_memory() -> int | None:
+    """Bytes this process can still allocate: the system's available memory (Linux's
+    ``MemAvailable``), bounded by a container's limit (cgroup v2's ``memory.max`` less its
+    ``memory.current``) and by the address-space limit (``ulimit -v``) less what the process
+    maps; ``None`` where none is known."""
+    bounds = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    bounds.append(int(line.split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):  # "max" (no limit) is not a number
+        cgroup = Path("/sys/fs/cgroup")
+        limit = int((cgroup / "memory.max").read_text())
+        bounds.append(max(0, limit - int((cgroup / "memory.current").read_text())))
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return min(bounds, default=None)
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        mapped = 0
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open("/proc/self/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmSize:"):
+                        mapped = int(line.split()[1]) * 1024
+        bounds.append(max(0, soft - mapped))
+    return min(bounds, default=None)
+
+
 def available_memory(device: torch.device | None = None) -> int:
-    """Bytes free now: the CUDA device's free memory, else the CPU's ``MemAvailable``
-    (``/proc/meminfo``; the free pages elsewhere). The CPU figure is re-read at most once a
-    second."""
+    """Bytes free now: the CUDA device's free memory, else what this process can still
+    allocate (:func:`process_available_memory`: ``MemAvailable`` bounded by a container's limit
+    and ``ulimit -v``; the free pages where none is known). The CPU figure is re-read at most
+    once a second."""
     if device is not None and device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     global _available
     now = time.monotonic()
     if _available is not None and now - _available[0] < 1.0:
         return _available[1]
-    free = None
-    try:
-        with open("/proc/meminfo", encoding="ascii") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    free = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        free = None
+    free = process_available_memory()
     if free is None:
         free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     _available = (now, free)
