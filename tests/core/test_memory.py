@@ -239,7 +239,7 @@ def test_explain_shows_every_prediction_beside_the_reasons() -> None:
     q = torch.empty(1, 8, 4096, 64, device="meta")
     text = ak.explain(q, q, q, return_weights=True)
     lines = text.splitlines()
-    table = lines[lines.index(next(x for x in lines if x.startswith("predicted peak"))) + 1 :]
+    table = lines[lines.index(next(x for x in lines if x.startswith("in the order tried"))) + 1 :]
     assert [line.split()[0] for line in table] == [
         "sdpa",
         "dense",
@@ -252,6 +252,9 @@ def test_explain_shows_every_prediction_beside_the_reasons() -> None:
     ]
     dense = next(line for line in table if line.split()[0] == "dense")
     assert dense.endswith("runs") and "MiB" in dense  # 8 x 4096^2 float32 weights: 512 MiB
+    # each backend's verdict beside its prediction: the one before dense passed over, and why
+    assert "passed over sdpa: weights were asked for" in table[0]
+    assert table[-1].endswith("not tried: dense runs before it")
     assert "forward;" in text  # meta tensors need no gradients
 
 

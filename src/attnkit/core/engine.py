@@ -391,9 +391,12 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
         >>> print(ak.explain(q, q, q, score="euclidean", return_weights=True))
         attention over B=1 H=8 M=4096 N=4096, d_q=64, d_v=64, torch.float32, score=euclidean, align=softmax
         runs on: tiled — ...
-          passed over sdpa: score 'euclidean' is not a dot product of features; weights were asked for
-          passed over dense: score 'euclidean' is not a dot product of features
-          passed over flex: ...
+        in the order tried: each backend's predicted peak memory (forward; budget ...) and why ...
+          sdpa        8.12 MiB  passed over sdpa: score 'euclidean' is not a dot product of ...
+          dense        520 MiB  passed over dense: score 'euclidean' is not a dot product of ...
+          ...
+          tiled        560 MiB  runs
+          sparse_rows 32.2 MiB  not tried: tiled runs before it
     """
     backend = options.pop("backend", None)
     call = prepare(q, k, v, **options)
@@ -411,16 +414,20 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
     outside = [other.name for other in BACKENDS.values() if other not in candidates]
     if outside:
         lines.append("  not allowed here (backends scope or backend=): " + ", ".join(outside))
-    for name, reasons in passed:
-        lines.append(f"  passed over {name}: " + "; ".join(reasons))
+    reasons = dict(passed)
     passes = "forward + backward" if needs_gradients(call) else "forward"
     lines.append(
-        f"predicted peak memory ({passes}; budget {format_bytes(memory_budget(call))}), in the "
-        "order tried:"
+        f"in the order tried: each backend's predicted peak memory ({passes}; budget "
+        f"{format_bytes(memory_budget(call))}) and why it was passed over"
     )
     for name, peak in peaks.items():
-        mark = "runs" if name == chosen.name else ""
-        lines.append(f"  {name:<12}{peak:>{width}}  {mark}".rstrip())
+        if name == chosen.name:
+            verdict = "runs"
+        elif name in reasons:
+            verdict = f"passed over {name}: " + "; ".join(reasons[name])
+        else:
+            verdict = f"not tried: {chosen.name} runs before it"
+        lines.append(f"  {name:<12}{peak:>{width}}  {verdict}")
     return "\n".join(lines)
 
 
