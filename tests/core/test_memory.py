@@ -111,11 +111,11 @@ CASES = {
 }
 
 
-def measure(backend: str, n: int, backward: bool, **options) -> tuple[int, int]:
-    """``(predicted, measured)`` peak bytes of a call with ``B = 1, H = 4, M = N = n,
+def measure(backend: str, n: int, backward: bool, h: int = 4, **options) -> tuple[int, int]:
+    """``(predicted, measured)`` peak bytes of a call with ``B = 1, H = h, M = N = n,
     D = Dv = 64`` in float32 on ``backend``."""
     g = torch.Generator().manual_seed(n)
-    q, k, v = (torch.randn(1, 4, n, 64, generator=g).requires_grad_(backward) for _ in range(3))
+    q, k, v = (torch.randn(1, h, n, 64, generator=g).requires_grad_(backward) for _ in range(3))
     call = prepare(q, k, v, **options)
     assert needs_gradients(call) == backward
     predicted = backend_named(backend).peak_memory(call)
@@ -144,6 +144,18 @@ def test_predicted_peak_is_within_a_quarter_of_the_measured_one(
             f"{backend} {label} n={n} backward={backward}: predicted {predicted / 2**20:.2f} "
             f"MiB, measured {measured / 2**20:.2f} MiB (ratio {ratio:.2f})"
         )
+
+
+@pytest.mark.parametrize(("h", "n"), [(1, 8192), (2, 5120)])
+def test_the_dense_backward_in_blocks_of_rows_is_predicted_within_a_quarter(h: int, n: int) -> None:
+    """Past 64 MiB of weights per head the dense backward steps through blocks of query rows (the
+    regime of the n = 8192 `need_weights=True` training step); the prediction holds there too."""
+    predicted, measured = measure("dense", n, True, h=h, return_weights=True)
+    ratio = predicted / measured
+    assert abs(ratio - 1) <= TOLERANCE, (
+        f"dense h={h} n={n}: predicted {predicted / 2**20:.1f} MiB, measured "
+        f"{measured / 2**20:.1f} MiB (ratio {ratio:.2f})"
+    )
 
 
 def test_every_backend_is_measured_or_declares_why_not() -> None:
