@@ -228,6 +228,8 @@ class _SoftmaxAttention(torch.autograd.Function):
                         dq[at] = torch.matmul(ds, kf[hk]).mul_(ctx.scale)
                     if dk is not None:
                         dk[hk].baddbmm_(ds.transpose(-1, -2), qf[at], alpha=ctx.scale)
+                    # freed now, not when the next block's δa' is assigned: one block at a time
+                    del ds, row
         return dq, dk, dv, None, None, None, None
 
 
