@@ -285,3 +285,14 @@ def test_the_default_budget_is_bounded_by_the_address_space_limit() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     # one GiB more than was mapped: half of it at most, where the machine has GiBs free
     assert parse_budget(done.stdout.strip()) <= 512 * 2**20
+
+
+def test_a_set_budget_holds_for_small_calls_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calls of at most 16 MiB skip reading the free memory, but not a budget that was set."""
+    q = torch.randn(1, 2, 16, 8)  # every backend's prediction: a few KiB
+    assert "exceeds the budget" not in ak.explain(q, q, q, return_weights=True)
+    with ak.backends(memory_budget=64):
+        text = ak.explain(q, q, q, return_weights=True)
+    assert "exceeds the budget 64 B" in text, text
+    monkeypatch.setenv(BUDGET_VARIABLE, "64")
+    assert "exceeds the budget 64 B" in ak.explain(q, q, q, return_weights=True)

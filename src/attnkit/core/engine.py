@@ -17,6 +17,7 @@ Shapes: B batch, H heads, M queries, N keys, D/Dv feature sizes.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,7 +42,13 @@ from attnkit.core.dense import dense_attention, dense_memory
 from attnkit.core.flex import FLEX_DTYPES, flex_attention_forward, flex_limits, flex_memory
 from attnkit.core.hooks import observed, run_hooked
 from attnkit.core.masks import MaskMod, ScoreMod
-from attnkit.core.memory import SMALL, default_budget, format_bytes, parse_budget
+from attnkit.core.memory import (
+    BUDGET_VARIABLE,
+    SMALL,
+    default_budget,
+    format_bytes,
+    parse_budget,
+)
 from attnkit.core.reference import reference_attention, reference_memory
 from attnkit.core.registry import Registry
 from attnkit.core.scores import Score
@@ -269,6 +276,16 @@ def memory_budget(call: AttentionCall | None = None) -> int:
     return default_budget(None if call is None else call.q.device)
 
 
+def _budget_set() -> bool:
+    """Whether a scope or ``ATTNKIT_MEMORY_BUDGET`` sets the budget; otherwise it is a share of
+    the free memory, which a call of at most ``SMALL`` bytes is taken to fit unasked."""
+    if _OPEN_SCOPES:
+        scope = _SCOPE.get()
+        if scope is not None and scope.budget is not None:
+            return True
+    return bool(os.environ.get(BUDGET_VARIABLE))
+
+
 # --- the loop ------------------------------------------------------------------------------------
 
 
@@ -301,7 +318,7 @@ def _first(
             if torch.compiler.is_compiling():  # only the traceable reference takes the call
                 return candidate
             peak = candidate.peak_memory(call)
-            if peak <= SMALL:  # no need to ask how much memory is free
+            if peak <= SMALL and not _budget_set():  # no need to ask how much is free
                 return candidate
             budget = memory_budget(call) if budget is None else budget
             if peak <= budget:
