@@ -144,17 +144,19 @@ def write_docs() -> Path:
         "`OMP_NUM_THREADS=1 python benchmarks/efficient_quality.py --tasks listops|mqar`.",
         "",
     ]
-    targets = []
+    rows = []
     for name in sorted(results, key=lambda n: SECTION_ORDER.index(n) if n in SECTION_ORDER else 99):
         section = results[name]
-        out += section["lines"]
-        out += [f"_Measured {section['date']}. {section.get('note') or ''}_".replace(" _", "_"), ""]
-        targets += section["targets"]
-    rows = [
-        [t, v, "—" if ok is None else ("met" if ok else "**not met**"), why]
-        for t, v, ok, *rest in targets
-        for why in [rest[0] if rest else ""]
-    ]
-    out += ["## Targets", "", table(["target", "measured", "status", "why not met"], rows), ""]
+        if section["lines"]:  # a section of targets only has its date in the Targets table
+            out += section["lines"]
+            note = f"_Measured {section['date']}. {section.get('note') or ''}_"
+            out += [note.replace(" _", "_"), ""]
+        # the processor, the machine's first words: the sections were not all measured on one
+        when = f"{section['date']}, {section['machine'].split(',')[0]}"
+        for t, v, ok, *rest in section["targets"]:
+            status = "—" if ok is None else ("met" if ok else "**not met**")
+            rows.append([t, v, status, rest[0] if rest else "", when])
+    header = ["target", "measured", "status", "why not met", "measured on"]
+    out += ["## Targets", "", table(header, rows), ""]
     DOCS.write_text("\n".join(out))
     return DOCS
