@@ -21,10 +21,13 @@ import pytest
 
 TOLERANCE = 0.25
 #: (backend, n, heads, backward, options): scaled dot on flex (none, causal, a window
-#: mask_mod); the additive score's kernel, forward and forward + backward, one head (a length
-#: that is not a whole number of blocks too) and four
+#: mask_mod; from its smallest call, 8 x 2048², to one head of 8192); the additive score's
+#: kernel, forward and forward + backward, one head (a length that is not a whole number of
+#: blocks too) and four
 CASES = [
+    ("flex", 2048, 8, False, {}),
     ("flex", 4096, 4, False, {}),
+    ("flex", 8192, 1, False, {}),
     ("flex", 4096, 4, False, {"causal": True}),
     ("flex", 4096, 4, False, {"window": 256}),
     ("additive", 2048, 1, False, {}),
