@@ -303,7 +303,8 @@ class ReproduceSection(_Section):
         None,
         min_length=1,
         description="the paper's number in a few words for the table of reproductions, "
-        "e.g. 'Kim 2014, Table 2'; required with value",
+        "e.g. 'Kim 2014, Table 2' (every configuration of configs/reproduce with a value has "
+        "one; not required, so that run directories saved before it load)",
     )
     metric: str = Field(min_length=1, description="the key of results.json compared")
     scale: float = Field(1.0, gt=0.0, description="results.json's value times this (100: %)")
@@ -377,11 +378,6 @@ class ReproduceSection(_Section):
             raise ValueError("paper_values: per-value numbers need `over`")
         if self.paper_failures is not None and self.fail_above is None:
             raise ValueError("paper_failures: failures are counted with fail_above; set it")
-        if self.value is not None and self.cell is None:
-            raise ValueError(
-                f"value: {self.value:g} needs cell, where the number is in a few words "
-                "(e.g. 'Kim 2014, Table 2')"
-            )
         return self
 
 
