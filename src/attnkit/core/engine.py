@@ -414,6 +414,7 @@ def explain(q: Tensor, k: Tensor, v: Tensor, **options: Any) -> str:
           ...
           tiled        560 MiB  runs
           sparse_rows 32.2 MiB  not tried: tiled runs before it
+          ...
     """
     backend = options.pop("backend", None)
     call = prepare(q, k, v, **options)
