@@ -269,21 +269,23 @@ def memory_budget(call: AttentionCall | None = None) -> int:
     """The bytes a call may use here: the innermost :func:`backends` scope's
     ``memory_budget``, else ``ATTNKIT_MEMORY_BUDGET``, else half the memory available on the
     call's device (``attnkit.core.memory``)."""
+    budget = _scope_budget()
+    return budget if budget is not None else default_budget(None if call is None else call.q.device)
+
+
+def _scope_budget() -> int | None:
+    """The innermost :func:`backends` scope's ``memory_budget``, or ``None``."""
     if _OPEN_SCOPES:
         scope = _SCOPE.get()
-        if scope is not None and scope.budget is not None:
+        if scope is not None:
             return scope.budget
-    return default_budget(None if call is None else call.q.device)
+    return None
 
 
 def _budget_set() -> bool:
     """Whether a scope or ``ATTNKIT_MEMORY_BUDGET`` sets the budget; otherwise it is a share of
     the free memory, which a call of at most ``SMALL`` bytes is taken to fit unasked."""
-    if _OPEN_SCOPES:
-        scope = _SCOPE.get()
-        if scope is not None and scope.budget is not None:
-            return True
-    return bool(os.environ.get(BUDGET_VARIABLE))
+    return _scope_budget() is not None or bool(os.environ.get(BUDGET_VARIABLE))
 
 
 # --- the loop ------------------------------------------------------------------------------------
