@@ -3,6 +3,7 @@ round) and print every row they promise; their timings are not checked here."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -90,11 +91,20 @@ def test_peer_margins_reads_saved_runs(tmp_path) -> None:
         )
         runs.append(tmp_path / f"run{i}.txt")
         runs[-1].write_text(text, encoding="utf-8")
+    kept = tmp_path / "kept.json"  # the runs of a row not measured now, with their note
+    kept.write_text(json.dumps({"encoder": {"note": "measured 2026-11-27, idle", "runs": [
+        [["batch=8, n=128", "fwd+bwd", "torch", r]] for r in (0.93, 0.94, 0.99)]}}))  # fmt: skip
+    before = kept.read_text()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(BENCHMARKS / "peer_margins.py"), "--no-write",
-                           "--from", *map(str, runs)], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+                           "--keep", str(kept), "--from", *map(str, runs)], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     [row] = [line for line in done.stdout.splitlines() if line.startswith("| n=512")]
     # per run, median, spread, target, met (the markdown table's 9.99 is not a run's ratio)
     assert row.split(" | ")[3:] == ["0.90", "1.00", "0.97", "0.97", "0.10", "<= 0.95", "no |"]
+    # the row not run keeps its runs, after the one run now; --no-write leaves the file alone
+    [kept_row] = [line for line in done.stdout.splitlines() if line.startswith("| batch=8")]
+    assert kept_row.split(" | ")[3:] == ["0.93", "0.94", "0.99", "0.94", "0.06", "<= 0.95", "yes |"]
+    assert done.stdout.index("#### `mha`") < done.stdout.index("#### `encoder`")
+    assert kept.read_text() == before
