@@ -4,6 +4,7 @@
     python benchmarks/profile_peers.py --row encoder       # encoder training step, dropout 0.1
     python benchmarks/profile_peers.py --row weights --n 512   # weights vs the materialised formula
     python benchmarks/profile_peers.py --row softcap --n 2048  # score_mod vs compiled Flex (fwd)
+    python benchmarks/profile_peers.py --row performer --n 1024 [--causal]  # an efficient kind
     python benchmarks/profile_peers.py --quick             # small sizes: checks the script
 
 A ratio near 1.0 against torch says both sides spend their time in the same kernels. This script
@@ -22,6 +23,18 @@ import peer_rows
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+#: the efficient rows this script profiles, with their configuration beside the length ``--n``
+ROW_CONFIGS = {
+    "softcap": {},
+    "alibi": {},
+    "nystrom": {"mode": "fwd+bwd"},
+    "nystrom_residual": {"residual": True, "mode": "fwd+bwd"},
+    "performer": {"causal": False, "mode": "fwd+bwd"},
+    "performer_relu": {"causal": False, "kernel": "relu", "mode": "fwd+bwd"},
+    "linformer": {"mode": "fwd+bwd"},
+    "sliding_window": {"causal": False, "mode": "fwd+bwd"},
+    "local_blocks": {"causal": False, "blocks": True, "mode": "fwd+bwd"},
+}
 GEMM = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
 
 
@@ -39,8 +52,9 @@ def table(fn, repeats: int, top: int) -> tuple[str, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--row", choices=["mha", "encoder", "weights", *ROW_CONFIGS], default="mha")
     parser.add_argument(
-        "--row", choices=["mha", "encoder", "weights", "softcap", "alibi"], default="mha"
+        "--causal", action="store_true", help="the causal configuration (rows of ROW_CONFIGS)"
     )
     parser.add_argument(
         "--n",
@@ -69,11 +83,17 @@ def main() -> None:
         # the peer is the materialised formula, the row's closest one (SDPA returns no weights)
         cfg = {"n": args.n or (64 if args.quick else 512)}
         build, peer = peer_rows.build_weights, "naive"
-    else:
+    elif args.row in ("softcap", "alibi"):
         # forward only: compiled FlexAttention has no CPU backward (peers.py says the same)
         cfg = {"n": args.n or (128 if args.quick else 2048)}
         build = peer_rows.build_softcap if args.row == "softcap" else peer_rows.build_alibi
         peer = "flex"
+    else:
+        # an efficient kind against its package, as its row in peer_rows.py builds it (fwd+bwd)
+        cfg = {**ROW_CONFIGS[args.row], "n": args.n or (256 if args.quick else 1024)}
+        if "causal" in cfg:
+            cfg["causal"] = args.causal
+        build, peer = peer_rows.BY_NAME[args.row].build, "peer"
     repeats = 1 if args.quick else args.repeats
     shares = {}
     for impl in ("attnkit", peer):

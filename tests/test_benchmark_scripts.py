@@ -73,8 +73,15 @@ def test_weights_memory_compares_the_engine_with_tiled() -> None:
     assert all(cell != "failed" for cell in cells)  # both processes measured, both timed
 
 
-@pytest.mark.parametrize(("row", "peer"), [("mha", "torch"), ("weights", "naive")])
-def test_profile_peers_splits_the_time_into_gemm_and_the_rest(row: str, peer: str) -> None:
+@pytest.mark.parametrize(
+    ("row", "peer", "package"),
+    [("mha", "torch", None), ("weights", "naive", None), ("linformer", "peer", "linformer")],
+)
+def test_profile_peers_splits_the_time_into_gemm_and_the_rest(
+    row: str, peer: str, package: str | None
+) -> None:
+    if package:  # the peer packages are installed only for the benchmarks (docs/benchmarks.md)
+        pytest.importorskip(package, reason=f"the {package} package (a benchmark peer) is absent")
     out = _run("profile_peers.py", "--row", row)
     for side in ("attnkit", peer):
         assert f"{side}: self CPU " in out and "GEMM" in out
