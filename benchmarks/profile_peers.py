@@ -23,18 +23,16 @@ import peer_rows
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-#: the efficient rows this script profiles, with their configuration beside the length ``--n``
-ROW_CONFIGS = {
-    "softcap": {},
-    "alibi": {},
-    "nystrom": {"mode": "fwd+bwd"},
-    "nystrom_residual": {"residual": True, "mode": "fwd+bwd"},
-    "performer": {"causal": False, "mode": "fwd+bwd"},
-    "performer_relu": {"causal": False, "kernel": "relu", "mode": "fwd+bwd"},
-    "linformer": {"mode": "fwd+bwd"},
-    "sliding_window": {"causal": False, "mode": "fwd+bwd"},
-    "local_blocks": {"causal": False, "blocks": True, "mode": "fwd+bwd"},
-}
+#: the efficient rows this script profiles, each as its row in peer_rows.py builds it (fwd+bwd)
+EFFICIENT = (
+    "nystrom",
+    "nystrom_residual",
+    "performer",
+    "performer_relu",
+    "linformer",
+    "sliding_window",
+    "local_blocks",
+)
 GEMM = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation")
 
 
@@ -52,9 +50,13 @@ def table(fn, repeats: int, top: int) -> tuple[str, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--row", choices=["mha", "encoder", "weights", *ROW_CONFIGS], default="mha")
     parser.add_argument(
-        "--causal", action="store_true", help="the causal configuration (rows of ROW_CONFIGS)"
+        "--row",
+        choices=["mha", "encoder", "weights", "softcap", "alibi", *EFFICIENT],
+        default="mha",
+    )
+    parser.add_argument(
+        "--causal", action="store_true", help="the causal configuration (EFFICIENT)"
     )
     parser.add_argument(
         "--n",
@@ -89,11 +91,12 @@ def main() -> None:
         build = peer_rows.build_softcap if args.row == "softcap" else peer_rows.build_alibi
         peer = "flex"
     else:
-        # an efficient kind against its package, as its row in peer_rows.py builds it (fwd+bwd)
-        cfg = {**ROW_CONFIGS[args.row], "n": args.n or (256 if args.quick else 1024)}
-        if "causal" in cfg:
-            cfg["causal"] = args.causal
-        build, peer = peer_rows.BY_NAME[args.row].build, "peer"
+        # an efficient kind against its package: the row's first configuration of that causality
+        row = peer_rows.BY_NAME[args.row]
+        configs = row.configs(args.quick)
+        cfg = next((c for c in configs if c.get("causal", False) == args.causal), configs[0])
+        cfg = {**cfg, "n": args.n or cfg["n"]}
+        build, peer = row.build, next(iter(row.peers))
     repeats = 1 if args.quick else args.repeats
     shares = {}
     for impl in ("attnkit", peer):
