@@ -152,10 +152,12 @@ def write_docs() -> Path:
             note = f"_Measured {section['date']}. {section.get('note') or ''}_"
             out += [note.replace(" _", "_"), ""]
         # the processor, the machine's first words: the sections were not all measured on one
-        when = f"{section['date']}, {section['machine'].split(',')[0]}"
+        processor = section["machine"].split(",")[0]
         for t, v, ok, *rest in section["targets"]:
             status = "—" if ok is None else ("met" if ok else "**not met**")
-            rows.append([t, v, status, rest[0] if rest else "", when])
+            # a target may carry its own date: a section whose rows are measured one at a time
+            date = rest[1] if len(rest) > 1 and rest[1] else section["date"]
+            rows.append([t, v, status, rest[0] if rest else "", f"{date}, {processor}"])
     header = ["target", "measured", "status", "why not met", "measured on"]
     out += ["## Targets", "", table(header, rows), ""]
     DOCS.write_text("\n".join(out))

@@ -88,6 +88,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -291,50 +292,75 @@ def _not_run(numbers: dict, row: str, peer: str, keep=lambda cfg: True) -> list[
 WHY_MISSED: dict[str, str] = {}
 
 
-def targets(numbers: dict) -> list[tuple[str, str, bool | None, str]]:
-    """The targets, each from the measured rows: (target, measured, met, why missed)."""
+def measured_on(blocks: dict[str, list[str]]) -> dict[str, str]:
+    """Each row's date, read from its table's "Measured YYYY-MM-DD" line: rows not measured
+    in a run keep their table, so they keep their own date."""
+    found = {}
+    for name, lines in blocks.items():
+        match = next((m for line in lines if (m := re.match(r"Measured (\S+?):", line))), None)
+        if match:
+            found[name] = match.group(1)
+    return found
+
+
+def targets(
+    numbers: dict, dates: dict[str, str] | None = None
+) -> list[tuple[str, str, bool | None, str, str | None]]:
+    """The targets, each from the measured rows: (target, measured, met, why missed, the date
+    its row was measured, from ``dates``, or None)."""
     out = []
+    dates = dates or {}
 
     def add(
-        text: str, worst: tuple[float, str] | None, limit: float, not_run: list[str] | None = None
+        text: str,
+        worst: tuple[float, str] | None,
+        limit: float,
+        not_run: list[str] | None = None,
+        *,
+        row: str,
     ) -> None:
         if worst is None:
-            out.append((text, "not measured", None, ""))
+            out.append((text, "not measured", None, "", dates.get(row)))
         else:
             met = worst[0] <= limit
             why = "" if met else WHY_MISSED.get(text, "")
             measured = f"worst {worst[0]:.2f}x ({worst[1]})"
             if not_run:
                 measured += "; the peer could not run at " + "; ".join(not_run)
-            out.append((text, measured, met, why))
+            out.append((text, measured, met, why, dates.get(row)))
 
     weights = lambda cfg: cfg.get("weights") is True  # noqa: E731
     add(
         "18(a) MHA need_weights=True, time <= 1.1x torch",
         _worst(numbers, "mha", "torch", weights),
         1.1,
+        row="mha",
     )
     add(
         "18(a) MHA need_weights=True, memory <= torch's",
         _worst(numbers, "mha", "torch", weights, memory=True),
         1.0,
+        row="mha",
     )
     add(
         "18(b) return_weights, time <= the materialised formula",
         _worst(numbers, "weights", "naive"),
         1.0,
+        row="weights",
     )
     at_2048 = lambda cfg: cfg.get("n") == 2048  # noqa: E731
     add(
         "18(b) return_weights at n=2048, <= 2.0x SDPA without weights",
         _worst(numbers, "weights", "sdpa", at_2048),
         2.0,
+        row="weights",
     )
     dropout = lambda cfg: cfg.get("dropout", 0) > 0  # noqa: E731
     add(
         "18(c) encoder step, dropout 0.1, <= 1.05x torch",
         _worst(numbers, "encoder", "torch", dropout),
         1.05,
+        row="encoder",
     )
     both = lambda cfg: cfg.get("mode") == "fwd+bwd"  # noqa: E731
     for align in ("sparsemax", "entmax15"):
@@ -345,30 +371,45 @@ def targets(numbers: dict) -> list[tuple[str, str, bool | None, str]]:
             _worst(numbers, "entmax", "entmax", of),
             1.0,
             not_run,
+            row="entmax",
         )
         add(
             f"18(d) {align} fwd+bwd, memory <= entmax",
             _worst(numbers, "entmax", "entmax", of, memory=True),
             1.0,
             not_run,
+            row="entmax",
         )
-    add("18(e) Nyström, time <= nystrom-attention", _worst(numbers, "nystrom", "peer"), 1.0)
+    add(
+        "18(e) Nyström, time <= nystrom-attention",
+        _worst(numbers, "nystrom", "peer"),
+        1.0,
+        row="nystrom",
+    )
     causal = lambda cfg: cfg.get("causal") is True  # noqa: E731
-    add("18(e) causal LSH, time <= reformer-pytorch", _worst(numbers, "lsh", "peer", causal), 1.0)
+    add(
+        "18(e) causal LSH, time <= reformer-pytorch",
+        _worst(numbers, "lsh", "peer", causal),
+        1.0,
+        row="lsh",
+    )
     add(
         "18(e) causal LSH, memory <= 1.2x reformer-pytorch",
         _worst(numbers, "lsh", "peer", causal, memory=True),
         1.2,
+        row="lsh",
     )
     add(
         "18(f) soft-capping score_mod fwd, time <= compiled Flex",
         _worst(numbers, "softcap", "flex"),
         1.0,
+        row="softcap",
     )
     add(
         "18(f) soft-capping score_mod fwd, memory <= compiled Flex",
         _worst(numbers, "softcap", "flex", memory=True),
         1.0,
+        row="softcap",
     )
     return out
 
@@ -479,7 +520,9 @@ def main() -> None:
     numbers.update(NUMBERS)
     RAW.write_text(json.dumps({**saved, "_numbers": numbers}, indent=1))
     lines = section(saved)
-    common.save_section("peers", lines, targets(numbers), note=f"{args.threads} thread(s).")
+    common.save_section(
+        "peers", lines, targets(numbers, measured_on(saved)), note=f"{args.threads} thread(s)."
+    )
     print(f"wrote {common.write_docs()}")
 
 

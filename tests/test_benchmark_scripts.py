@@ -115,3 +115,28 @@ def test_peer_margins_reads_saved_runs(tmp_path) -> None:
     assert kept_row.split(" | ")[3:] == ["0.93", "0.94", "0.99", "0.94", "0.06", "<= 0.95", "yes |"]
     assert done.stdout.index("#### `mha`") < done.stdout.index("#### `encoder`")
     assert kept.read_text() == before
+
+
+def test_peers_targets_carry_their_own_rows_date(monkeypatch) -> None:
+    """A run of some rows keeps the other rows' tables; each target reads the date of the
+    table it comes from, not the date of the last run."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import peers
+
+    blocks = {
+        row: [f"### {row}", "", f"Measured {date}: medians of 5 interleaved rounds, 1 thread(s)."]
+        for row, date in (("mha", "2026-11-20"), ("softcap", "2026-11-27"))
+    }
+
+    def measured(peer: str, cfg: dict, ratio: float, memory_ratio: float) -> dict:
+        return {"peer": peer, "cfg": cfg, "t": ratio, "t_peer": 1.0, "mib": memory_ratio,
+                "mib_peer": 1.0}  # fmt: skip
+
+    numbers = {
+        "mha": [measured("torch", {"n": 512, "weights": True, "mode": "fwd"}, 0.5, 1.0)],
+        "softcap": [measured("flex", {"n": 2048, "mode": "fwd"}, 1.5, 0.5)],
+    }
+    found = {t[0]: (t[2], t[4]) for t in peers.targets(numbers, peers.measured_on(blocks))}
+    assert found["18(a) MHA need_weights=True, time <= 1.1x torch"] == (True, "2026-11-20")
+    assert found["18(f) soft-capping score_mod fwd, time <= compiled Flex"] == (False, "2026-11-27")
+    assert found["18(c) encoder step, dropout 0.1, <= 1.05x torch"] == (None, None)
