@@ -66,11 +66,14 @@ def kernel_attention(
         keep = key_mask.transpose(-1, -2)  # [B', H', N, 1]
         phi_k = torch.where(keep, phi_k, torch.zeros_like(phi_k))
     if not causal:
-        state = phi_k.transpose(-1, -2) @ v  # Σ_j φ(K_j) V_j^T: [B, H, f, d_v]
-        normaliser = phi_k.sum(-2)  # Σ_j φ(K_j): [B, H, f]
-        num = phi_q @ state
-        den = (phi_q * normaliser.unsqueeze(-2)).sum(-1)
-        return _ratio(num, den)
+        # (Σ_j φ(K_j) [V_j; 1]^T)^T: the state and, in its last row, the normaliser Σ_j φ(K_j),
+        # so each feature matrix enters one product and its gradient needs no element-wise
+        # pass or sum over [N, f] (nor an outer product in the backward). Transposed, so that
+        # φ(K)'s gradient comes out contiguous (else the features' backward copies it).
+        ones = v.new_ones(()).expand(*v.shape[:-1], 1)
+        state_t = torch.cat([v, ones], -1).transpose(-1, -2) @ phi_k  # [B, H, d_v + 1, f]
+        both = phi_q @ state_t.transpose(-1, -2)  # [B, H, M, d_v + 1]
+        return _ratio(both[..., :-1], both[..., -1])
     if m > n:  # the first M - N queries come before every key
         rest = kernel_attention(phi_q[:, :, m - n :], phi_k, v, causal=True, chunk=chunk)
         return torch.cat([rest.new_zeros(b, h, m - n, v.shape[-1]), rest], 2)
@@ -96,7 +99,7 @@ def kernel_attention(
     inner = qc @ kc.transpose(-1, -2)  # [B, H, c, C, C]
     inner = torch.where(tri, inner, torch.zeros_like(inner))
     num = qc @ before + inner @ vc
-    den = (qc * norm_before.unsqueeze(-2)).sum(-1) + inner.sum(-1)
+    den = (qc @ norm_before.unsqueeze(-1)).squeeze(-1) + inner.sum(-1)
     return _ratio(num, den).flatten(2, 3)[:, :, :m]
 
 

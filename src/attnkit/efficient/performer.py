@@ -107,15 +107,25 @@ def favor_features(
     over the last two axes (non-causal keys; only the rows ``keep [..., L, 1]`` count, so a
     masked-out key cannot push the others' features to zero), ``"none"`` leaves them (causal keys).
     """
-    m = projection.shape[0]
-    logits = x @ projection.to(x.dtype).T - (x * x).sum(-1, keepdim=True) / 2  # [..., L, m]
+    # ``|x|²/2`` and the ``1/sqrt(m)`` factor are one shift per row, added (negated) in place to
+    # the product before an in-place exp: two passes over the [..., L, m] features, and in the
+    # backward only exp's and the shift's row sums (an in-place subtraction would negate the
+    # whole gradient first; the product's backward needs only x and ω).
+    log_root_m = 0.5 * math.log(projection.shape[0])
+    half_norm = (x * x).sum(-1, keepdim=True) / 2  # [..., L, 1]
+    logits = x @ projection.to(x.dtype).T  # [..., L, m]
     if stabilise == "row":
-        logits = logits - logits.amax(-1, keepdim=True).detach()
-    elif stabilise == "all" and logits.shape[-2] > 0:
-        counted = logits if keep is None else logits.masked_fill(~keep, float("-inf"))
-        top = counted.amax((-1, -2), keepdim=True).detach()
-        logits = logits - torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    return torch.exp(logits) / math.sqrt(m)
+        # the row's maximum of ω·x - |x|²/2 is max(ω·x) - |x|²/2, detached as a whole
+        top = logits.detach().amax(-1, keepdim=True) - half_norm.detach()
+        return logits.add_(-(half_norm + top + log_root_m)).exp_()
+    if stabilise == "all" and logits.shape[-2] > 0:
+        logits = logits.add_(-half_norm)
+        with torch.no_grad():
+            counted = logits if keep is None else logits.masked_fill(~keep, float("-inf"))
+            top = counted.amax((-1, -2), keepdim=True)
+            top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        return logits.sub_(top + log_root_m).exp_()  # a constant: no gradient to reduce
+    return logits.add_(-(half_norm + log_root_m)).exp_()
 
 
 def generalized_features(
