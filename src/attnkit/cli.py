@@ -114,7 +114,7 @@ def _eval(args: argparse.Namespace) -> int:
     import json
 
     from attnkit.checkpoint import atomic_write
-    from attnkit.run import Run, check_beam, lower_when_out_of_memory
+    from attnkit.run import Run, attention_as_configured, check_beam, lower_when_out_of_memory
 
     if args.set and not args.config:
         raise ValueError("--set changes a configuration given with --config (none was given)")
@@ -125,7 +125,8 @@ def _eval(args: argparse.Namespace) -> int:
     examples = run.job.examples
     if args.split not in examples:
         raise ValueError(f"--split must be one of {', '.join(examples)}, got {args.split!r}")
-    with lower_when_out_of_memory(_beam_option(args.beam), beam):
+    scope = attention_as_configured(run.config, model)
+    with lower_when_out_of_memory(_beam_option(args.beam), beam), scope:
         results = run.job.evaluate(
             model, examples[args.split], beam_size=args.beam, quiet=args.quiet
         )
@@ -151,7 +152,7 @@ def _eval(args: argparse.Namespace) -> int:
 def _translate(args: argparse.Namespace) -> int:
     from attnkit.evaluate.translation import translate
     from attnkit.report import Alignment, format_matrix
-    from attnkit.run import Run, check_beam, lower_when_out_of_memory
+    from attnkit.run import Run, attention_as_configured, check_beam, lower_when_out_of_memory
     from attnkit.tasks.translation import TranslationJob
 
     sentences = [_text_argument(sentence, "SENTENCE") for sentence in args.sentences]
@@ -168,7 +169,8 @@ def _translate(args: argparse.Namespace) -> int:
         source = run.job.tokenize_source(sentence)
         if not source:
             raise ValueError(f"nothing to translate in {sentence!r}")
-        with lower_when_out_of_memory(_beam_option(args.beam), beam):
+        scope = attention_as_configured(run.config, model)
+        with lower_when_out_of_memory(_beam_option(args.beam), beam), scope:
             [(target, weights)] = translate(
                 model,
                 vocabularies,

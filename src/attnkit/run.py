@@ -63,6 +63,7 @@ from attnkit.config import (
 )
 from attnkit.core.deprecation import warn_renamed
 from attnkit.core.memory import process_available_memory
+from attnkit.evaluate.ablation import ablate
 from attnkit.tasks import Job, Task, job_for
 
 __all__ = [
@@ -825,6 +826,20 @@ class MetricsLog:
                 pass
 
 
+def attention_as_configured(
+    config: RunConfig, model: nn.Module
+) -> contextlib.AbstractContextManager:
+    """The scope a run's model computes in: with ``train.attention: uniform`` every attention
+    the model computes through the engine uses uniform weights over its admissible keys (survey
+    §4.1: the same model without what its attention learns); else nothing changes. Training,
+    the final evaluation and every command that loads a run's model (``attnkit eval``,
+    ``attnkit translate``, :func:`view_run`) compute in it, so a uniform run is always read as
+    the model it was trained as."""
+    if config.train.attention == "uniform":
+        return ablate(model, mode="uniform")
+    return contextlib.nullcontext()
+
+
 def view_run(
     run_dir: str | Path,
     text: str,
@@ -848,7 +863,7 @@ def view_run(
     run = Run.open(run_dir)
     beam = check_beam(run, beam_size, "beam_size")
     model, step = run.load_model(finite=True)
-    with lower_when_out_of_memory("beam_size", beam):
+    with lower_when_out_of_memory("beam_size", beam), attention_as_configured(run.config, model):
         return run.job.view(
             model, step, text, directory=run.path, output=output, beam_size=beam_size
         )

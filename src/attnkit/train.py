@@ -35,11 +35,11 @@ from attnkit.checkpoint import Checkpoint, atomic_write, save_checkpoint
 from attnkit.config import RunConfig, architecture
 from attnkit.data_parallel import DEFAULT_TIMEOUT, DataParallel
 from attnkit.early_stopping import EarlyStopping
-from attnkit.evaluate.ablation import ablate
 from attnkit.report import describe_model, write_report
 from attnkit.run import (
     MetricsLog,
     Run,
+    attention_as_configured,
     read_metrics,
     truncate_metrics,
 )
@@ -97,15 +97,6 @@ def clip_gradients(parameters: Iterable[nn.Parameter], max_norm: float, clip: st
                 nn.utils.clip_grad_norm_(parameter, max_norm)
     else:
         raise ValueError(f"train.clip: expected 'global' or 'per_parameter', got {clip!r}")
-
-
-def attention_as_configured(config: RunConfig, model: nn.Module) -> contextlib.AbstractContextManager:
-    """The scope a run's model computes in: with ``train.attention: uniform`` every attention
-    the model computes through the engine uses uniform weights over its admissible keys (survey
-    §4.1: the same model without what its attention learns); else nothing changes."""
-    if config.train.attention == "uniform":
-        return ablate(model, mode="uniform")
-    return contextlib.nullcontext()
 
 
 class NonFiniteLossError(RuntimeError):
@@ -421,10 +412,11 @@ def finish(run: Run, model: nn.Module, *, log: Log = print, quiet: bool = False)
     started = time.perf_counter()
     with attention_as_configured(config, model):
         results = job.evaluate(model, job.examples["test"], quiet=quiet)
-    results["eval_seconds"] = round(time.perf_counter() - started, 1)
+        results["eval_seconds"] = round(time.perf_counter() - started, 1)
+        # the translations and matrices shown are the evaluated model's (uniform or not)
+        shown = job.present(model, run.path / "heatmaps")
     train_seconds = sum(m.get("seconds", 0.0) for m in read_metrics(run.path))
     results["train_seconds"] = round(train_seconds, 1)
-    shown = job.present(model, run.path / "heatmaps")
     results.update(shown.results)
     atomic_write(run.path / "results.json", json.dumps(results, indent=1))
     summary = {

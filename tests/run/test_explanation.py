@@ -409,6 +409,7 @@ def test_cls_flow_is_attention_flow_from_the_first_token() -> None:
 
 
 def test_faithfulness_rows_match_eraser_by_hand() -> None:
+    pytest.importorskip("captum")  # the table's gradient rows (input × gradient, IG)
     sentences = [["a", "fine", "film"], ["dull", "and", "long", "and", "bad"], ["good", "film"]]
     vocabulary = Vocabulary.build(sentences)
     torch.manual_seed(0)

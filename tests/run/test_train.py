@@ -255,6 +255,25 @@ def test_eval_and_translate_commands(trained, capsys):
     assert all(abs(sum(r) - 1.0) < 0.02 for r in rows)  # each target word's weights sum to 1
 
 
+def test_a_uniform_attention_run_is_read_uniform_everywhere(tmp_path, capsys):
+    """A run trained with ``train.attention: uniform`` is that model wherever it is read: its
+    report's matrices, ``attnkit eval`` (the final evaluation's test loss again) and ``attnkit
+    translate`` all weigh the source positions equally (survey §4.1's uniform attention)."""
+    raw = {**TINY, "train": {**TINY["train"], "attention": "uniform"}}
+    run = train(validate(raw), run_dir=tmp_path / "run", quiet=True, log=_quiet_log)
+    results = json.loads((run.path / "results.json").read_text())
+    rows = [row for shown in results["showcase"] for row in shown["weights"]]
+    assert rows and all(row == pytest.approx([1 / len(row)] * len(row), abs=1e-6) for row in rows)
+    assert main(["eval", str(run.path), "--split", "test", "--quiet"]) == 0
+    again = json.loads((run.path / "eval-test.json").read_text())
+    assert again["loss"] == pytest.approx(results["loss"], rel=1e-6)
+    capsys.readouterr()
+    assert main(["translate", str(run.path), "I love you."]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shown = [[float(x) for x in line.split()[1:]] for line in lines[2:]]  # 2 decimals
+    assert shown and all(row == pytest.approx([row[0]] * len(row), abs=0.006) for row in shown)
+
+
 @pytest.mark.parametrize("how", ["empty", "truncated", "corrupted"])
 def test_damaged_checkpoint_exit_code_1_one_line(trained, capsys, how, tmp_path):
     import shutil
