@@ -73,6 +73,7 @@ __all__ = [
     "Run",
     "RunLock",
     "RunLockedError",
+    "attention_as_configured",
     "available_memory",
     "check_beam",
     "check_model_fits",

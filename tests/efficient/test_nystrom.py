@@ -117,3 +117,73 @@ def test_residual_kind_owns_a_convolution() -> None:
         kind(x, x[:, :, :30], x[:, :, :30])
     with pytest.raises(ValueError, match=r"\[H=2, 1, K, 1\]"):
         nystrom_attention(x, x, x, residual_weight=torch.randn(2, 1, 4, 1))
+
+
+def _eq15(q, k, v, landmarks: int, scale: float):
+    """Eq. 15 in float64 with equal segments and the exact pseudo-inverse (torch.linalg.pinv)."""
+    b, h, m, d = q.shape
+    n = k.shape[-2]
+    q_land = q.reshape(b, h, landmarks, m // landmarks, d).mean(-2)
+    k_land = k.reshape(b, h, landmarks, n // landmarks, d).mean(-2)
+    kernel_1 = torch.softmax(q @ k_land.transpose(-1, -2) * scale, -1)
+    kernel_2 = torch.softmax(q_land @ k_land.transpose(-1, -2) * scale, -1)
+    kernel_3 = torch.softmax(q_land @ k.transpose(-1, -2) * scale, -1)
+    return kernel_1 @ (torch.linalg.pinv(kernel_2) @ (kernel_3 @ v))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 64, 48, 8), (1, 2, 40, 40, 5), (2, 1, 24, 24, 24)])
+def test_fewer_landmarks_equal_eq15_with_gradients(shape) -> None:
+    """With fewer landmarks than keys (equal segments, no mask: the path with its own backward),
+    the context and the gradients of q, k and v equal eq. 15 written out in float64."""
+    b, h, m, n, landmarks = shape
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(b, h, m, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(b, h, n, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(b, h, n, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    out = nystrom_attention(q, k, v, landmarks=landmarks, pinv_iterations=40).context
+    expected = _eq15(q, k, v, landmarks, 0.25)
+    assert (out - expected).abs().max().item() <= 1e-9
+    probe = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((out * probe).sum(), (q, k, v))
+    want = torch.autograd.grad((expected * probe).sum(), (q, k, v))
+    for a, b_ in zip(got, want, strict=True):
+        assert (a - b_).abs().max().item() <= 1e-8 * (1 + b_.abs().max().item())
+
+
+def test_head_views_of_one_projection_get_their_gradients() -> None:
+    """q, k, v as strided head views of one packed projection (as a multi-head module splits
+    them): the gradient of the projection equals eq. 15's in float64."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 32, 3 * 4 * 8, generator=g, dtype=torch.float64, requires_grad=True)
+    q, k, v = (p.unflatten(-1, (4, 8)).transpose(1, 2) for p in x.chunk(3, -1))
+    out = nystrom_attention(q, k, v, landmarks=8, pinv_iterations=40).context
+    expected = _eq15(q, k, v, 8, 8**-0.5)
+    probe = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    (grad,) = torch.autograd.grad((out * probe).sum(), x)
+    (want,) = torch.autograd.grad((expected * probe).sum(), x)
+    assert (grad - want).abs().max().item() <= 1e-8 * (1 + want.abs().max().item())
+
+
+def test_float32_error_no_larger_than_autograds() -> None:
+    """Error-ratio criterion: in float32, the path with its own backward is as close to eq. 15 in
+    float64 as the same call through autograd (an all-True key mask takes that path), for the
+    context and the gradients."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 4, 128, 16, generator=g) for _ in range(3))
+    probe = torch.randn(2, 4, 128, 16, generator=g)
+    exact = [t.double().requires_grad_() for t in (q, k, v)]
+    expected = _eq15(*exact, 16, 0.25)
+    want = torch.autograd.grad((expected * probe.double()).sum(), exact)
+
+    def errors(mask):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = nystrom_attention(*leaves, landmarks=16, pinv_iterations=30, mask=mask).context
+        grads = torch.autograd.grad((out * probe).sum(), leaves)
+        return [
+            (a.double() - b).abs().max().item()
+            for a, b in zip((out, *grads), (expected, *want), strict=True)
+        ]
+
+    own, autograd = errors(None), errors(torch.ones(2, 1, 1, 128, dtype=torch.bool))
+    for ours, theirs in zip(own, autograd, strict=True):
+        assert ours <= 2 * theirs + 1e-6
