@@ -38,6 +38,30 @@ def test_projection_formula_eq7() -> None:
     assert module(q, k, v, return_weights=True).weights.shape == (2, 3, 20, 6)
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_head_views_of_one_projection_equal_eq7_with_gradients(batch: int) -> None:
+    """k and v as strided head views of one packed projection (as a multi-head module splits
+    them, the layout projected in one product over all heads): the context and the gradients of
+    the projection and of E, F equal eq. 7 written out in float64 on contiguous heads."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(batch, 24, 3 * 4 * 8, generator=g, dtype=torch.float64, requires_grad=True)
+    e = torch.randn(6, 30, generator=g, dtype=torch.float64, requires_grad=True)
+    f = torch.randn(6, 30, generator=g, dtype=torch.float64, requires_grad=True)
+    q, k, v = (p.unflatten(-1, (4, 8)).transpose(1, 2) for p in x.chunk(3, -1))
+    assert k.stride(1) == 8  # the heads side by side
+    out = linformer_attention(q, k, v, key_projection=e, value_projection=f).context
+    heads = [t.contiguous() for t in (q, k, v)]
+    expected = ref.softmax_attention(
+        heads[0], e[:, :24] @ heads[1], f[:, :24] @ heads[2], None, 1 / math.sqrt(8)
+    )
+    assert (out - expected).abs().max().item() <= 1e-12
+    probe = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((out * probe).sum(), (x, e, f))
+    want = torch.autograd.grad((expected * probe).sum(), (x, e, f))
+    for a, b in zip(got, want, strict=True):
+        assert (a - b).abs().max().item() <= 1e-10 * (1 + b.abs().max().item())
+
+
 def test_longer_than_max_length_is_refused() -> None:
     q, k, v = _inputs(40)
     with pytest.raises(ValueError, match="at most 32 keys"):

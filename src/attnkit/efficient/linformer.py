@@ -39,6 +39,18 @@ if TYPE_CHECKING:
 TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "alignment": "Global"}
 
 
+def _project_length(projection: Tensor, x: Tensor) -> Tensor:
+    """``projection [k, N] · x [B, H, N, d]`` → ``[B, H, k, d]``. When ``x``'s heads lie side by
+    side in memory (head views of one ``[B, N, H·d]`` projection, as a multi-head module splits
+    them), as one product ``[k, N] × [N, H·d]`` over every head's columns: a GEMM with ``H·d``
+    columns instead of ``H`` GEMMs with ``d`` each, and the gradient comes back in ``x``'s layout."""
+    _, h, _, d = x.shape
+    if h > 1 and x.stride(1) == d and x.stride(-1) == 1:
+        packed = x.transpose(1, 2).flatten(-2)  # a view: [B, N, H·d]
+        return (projection @ packed).unflatten(-1, (h, d)).transpose(1, 2)
+    return projection @ x
+
+
 def _project_and_attend(
     call: EfficientCall, key_projection: Tensor, value_projection: Tensor | None
 ) -> AttentionOutput:
@@ -67,8 +79,8 @@ def _project_and_attend(
         values = torch.where(keep, values, torch.zeros_like(values))
     e = key_projection[:, :n].to(keys.dtype)
     f = value_projection[:, :n].to(values.dtype)
-    projected_k = e @ keys  # [B, H, k, d]
-    projected_v = f @ values  # [B, H, k, d_v]
+    projected_k = _project_length(e, keys)  # [B, H, k, d]
+    projected_v = _project_length(f, values)  # [B, H, k, d_v]
     out = attention(
         call.q, projected_k, projected_v, scale=call.scale, return_weights=call.return_weights
     )
