@@ -125,7 +125,7 @@ class _UnmaskedNystrom(torch.autograd.Function):
     context ``C = K1 P``, there are five::
 
         δP = K1ᵀ δC                 δŜ1 = K1 ∘ (δC Pᵀ − Σ_d δC_d C_d)      # in place
-        δW, δQ̃, δK̃  from  P = (softmax(Q̃ K̃ᵀ·s))^+ W   ([m, m]: autograd, recomputed)
+        δW, δQ̃, δK̃  from  P = (softmax(Q̃ K̃ᵀ·s))^+ W   ([m, m]: autograd's graph)
         δV = K3ᵀ δW                 δŜ3 = K3 ∘ (δW Vᵀ − Σ_d δW_d W_d)      # in place
         δQ = spread(δQ̃)·s/l + δŜ1 K̃·s       δK = spread(δK̃)/l + δŜ3ᵀ Q̃·s   # one baddbmm each
 
@@ -145,24 +145,30 @@ class _UnmaskedNystrom(torch.autograd.Function):
         scores = q_land @ k.transpose(-1, -2)  # [B, H, m, N]
         kernel_3 = torch.softmax(scores, -1, out=scores)
         w = kernel_3 @ v
-        p = _landmark_product(q_land, k_land, w, iterations)
+        # the [m, m] part through the pseudo-inverse keeps autograd's graph (its 6 iterations
+        # are 24 small products forward, 48 backward): built here, used once by the backward
+        needs_grad = any(ctx.needs_input_grad[:3])
+        with torch.set_grad_enabled(needs_grad):
+            small = [t.detach().requires_grad_(needs_grad) for t in (q_land, k_land, w)]
+            product = _landmark_product(*small, iterations)
+        p = product.detach()
         context = kernel_1 @ p
         ctx.save_for_backward(q, k, v, q_land, k_land, kernel_1, kernel_3, w, p, context)
-        ctx.options = (scale, count, iterations)
+        ctx.small = (small, product) if needs_grad else None
+        ctx.options = (scale, count)
         return context
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_context):  # type: ignore[no-untyped-def, override]
         q, k, v, q_land, k_land, kernel_1, kernel_3, w, p, context = ctx.saved_tensors
-        scale, count, iterations = ctx.options
+        scale, count = ctx.options
         d_p = kernel_1.transpose(-1, -2) @ d_context
         d_s1 = d_context @ p.transpose(-1, -2)  # δK1 [B, H, M, m], then δŜ1 in its place
         d_s1.sub_(_row_dots(d_context, context)).mul_(kernel_1)
-        with torch.enable_grad():  # the [m, m] part through the pseudo-inverse: autograd's
-            small = [t.detach().requires_grad_() for t in (q_land, k_land, w)]
-            product = _landmark_product(*small, iterations)
-            d_q_land, d_k_land, d_w = torch.autograd.grad(product, small, d_p)
+        small, product = ctx.small
+        # retain_graph: a backward of the outer graph may run again (retain_graph=True there)
+        d_q_land, d_k_land, d_w = torch.autograd.grad(product, small, d_p, retain_graph=True)
         d_v = kernel_3.transpose(-1, -2) @ d_w
         d_s3 = d_w @ v.transpose(-1, -2)  # δK3 [B, H, m, N], then δŜ3 in its place
         d_s3.sub_(_row_dots(d_w, w)).mul_(kernel_3)
