@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -87,6 +88,13 @@ WHY = {
     "backend: q kᵀ, softmax in place, · v), 10 ms, and the three runs spread by 0.30, more than "
     "the margin asked; from n = 1024 it is 0.59-0.66x the formula, and 1.74x SDPA without "
     "weights at n = 2048 (target 1.9x)",
+    "nystrom": "n = 1024 (runs 0.95-0.97), measured alone in one process (21 interleaved rounds, "
+    "2026-11-28, commit 5684782): what both sides share (the E x 3E and E x E projections, the "
+    "head split and merge, the q/k/v gradients' concatenation) takes 71.1 of attnkit's 95.3 ms "
+    "(75%); attnkit's attention itself 24.1 ms against the package's 28.5 (0.85x). 0.95x of the "
+    "whole needs the attention at 23.5 ms, 0.82x the package's; of its 24.1 ms, the "
+    "pseudo-inverse's 6 iterations are 72 products of 8 x 64 x 64 matrices forward and backward "
+    "(83 us each under torch.profiler, about 6 ms), the same products the package runs",
     "encoder": "profile (benchmarks/profile_peers.py --row encoder --repeats 10, every other process held, "
     "2026-11-27): the GEMMs are 79% of attnkit's self CPU time (198.7 of 253.1 ms a step) and 80% "
     "of torch's (198.5 of 249.5 ms); dropout's random draws (bernoulli_) take 25.5 vs 25.0 ms and "
@@ -135,8 +143,12 @@ def run_once(rows: list[str], quick: bool, threads: int) -> str:
     return "\n".join(outputs)
 
 
-def tables(runs: list[dict[tuple[str, str, str, str], float]]) -> tuple[list[str], list]:
-    """Markdown lines (one table per row) and the targets: one per row, its worst median."""
+def tables(
+    runs: list[dict[tuple[str, str, str, str], float]], dates: dict[str, str] | None = None
+) -> tuple[list[str], list]:
+    """Markdown lines (one table per row) and the targets: one per row, its worst median, with
+    the date its row was measured (from ``dates``, else the day of the section)."""
+    dates = dates or {}
     by_row: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
     for run in runs:
         for row, config, mode, peer in run:
@@ -166,15 +178,18 @@ def tables(runs: list[dict[tuple[str, str, str, str], float]]) -> tuple[list[str
                 f"worst {worst[1]}",
                 worst[0] <= 1.0,
                 "" if worst[0] <= 1.0 else WHY.get(row, ""),
+                dates.get(row),
             ]
         )
     return lines, targets
 
 
-def merged(runs: list[Ratios], note: str, keep: Path, save: bool) -> tuple[list[Ratios], str]:
+def merged(
+    runs: list[Ratios], note: str, keep: Path, save: bool
+) -> tuple[list[Ratios], str, dict[str, str]]:
     """The runs of the rows measured now joined with the kept runs of every other row (in
-    ``keep``, each with the note it was measured under; written back when ``save``), and the
-    section's note: one sentence per note."""
+    ``keep``, each with the note it was measured under; written back when ``save``), the
+    section's note (one sentence per note) and each row's date (read from its note)."""
     saved = json.loads(keep.read_text()) if keep.exists() else {}
     today = str(datetime.date.today())
     for row in sorted({key[0] for run in runs for key in run}):
@@ -194,7 +209,12 @@ def merged(runs: list[Ratios], note: str, keep: Path, save: bool) -> tuple[list[
         for i, run in enumerate(entry["runs"]):
             joined[i].update({(row, *cells[:3]): cells[3] for cells in run})
     notes = [f"{', '.join(f'`{r}`' for r in rows)}: {text}" for text, rows in rows_by_note.items()]
-    return joined, " ".join(n if n.endswith(".") else f"{n}." for n in notes)
+    dates = {
+        row: found.group(1)
+        for row, entry in saved.items()
+        if (found := re.match(r"measured (\d{4}-\d{2}-\d{2})", entry["note"]))
+    }
+    return joined, " ".join(n if n.endswith(".") else f"{n}." for n in notes), dates
 
 
 def main() -> None:
@@ -220,16 +240,20 @@ def main() -> None:
     runs = [parse(text) for text in texts]
     if not any(runs):
         raise SystemExit("no ratio found in the peers.py output")
-    note = args.note
+    note, dates = args.note, {}
     if not args.quick:
-        runs, note = merged(runs, args.note, args.keep, save=not args.no_write)
-    lines, targets = tables(runs)
+        runs, note, dates = merged(runs, args.note, args.keep, save=not args.no_write)
+    lines, targets = tables(runs, dates)
     title = "## Margins over the peers: the close rows, run by run"
     intro = (
         f"Each run is one `python benchmarks/peers.py --only ROW,... --no-memory --no-write` "
         f"({args.threads} thread(s), medians of its interleaved rounds); ratios are attnkit/peer "
-        f"(< 1: attnkit faster), one column per run, then their median and spread. Reproduce: "
-        f"`python benchmarks/peer_margins.py`."
+        f"(< 1: attnkit faster), one column per run, then their median and spread. Since "
+        f"2026-11-28 each row runs in a fresh process: in one process after the other rows, the "
+        f"same code measured Linformer 1.00 / 0.94 / 0.90 (n = 1024 / 4096 / 16384) and the "
+        f"blocked local attention 0.98 / 0.80 (non-causal / causal), against 0.86 / 0.85 / 0.79 "
+        f"and 0.58 / 0.45 alone: the heap the earlier rows leave changes both sides' costs, the "
+        f"peers' more. Reproduce: `python benchmarks/peer_margins.py`."
     )
     print("\n".join([title, "", intro, "", *lines]))
     if not (args.no_write or args.quick):
