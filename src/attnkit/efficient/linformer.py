@@ -42,8 +42,9 @@ TAXONOMY: dict[str, str | list[str]] = {"scoring": "Scaled-Multiplicative", "ali
 def _project_length(projection: Tensor, x: Tensor) -> Tensor:
     """``projection [k, N] · x [B, H, N, d]`` → ``[B, H, k, d]``. When ``x``'s heads lie side by
     side in memory (head views of one ``[B, N, H·d]`` projection, as a multi-head module splits
-    them), as one product ``[k, N] × [N, H·d]`` over every head's columns: a GEMM with ``H·d``
-    columns instead of ``H`` GEMMs with ``d`` each, and the gradient comes back in ``x``'s layout."""
+    them), as one product of the ``[k, N]`` projection with all heads' columns at once: a GEMM
+    with ``H·d`` columns instead of ``H`` GEMMs with ``d`` each, and the gradient comes back in
+    ``x``'s layout."""
     _, h, _, d = x.shape
     if h > 1 and x.stride(1) == d and x.stride(-1) == 1:
         packed = x.transpose(1, 2).flatten(-2)  # a view: [B, N, H·d]
