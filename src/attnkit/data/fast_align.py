@@ -171,6 +171,9 @@ class FastAlign:
         self.target_ids: dict[str, int] = {}
         self._keys = np.zeros(0, dtype=np.int64)  # sorted source_id * |V_target| + target_id
         self._probabilities = np.zeros(0, dtype=np.float64)
+        # δ per sentence shape for align(): computing one costs more than the rest of a link
+        # (measured 53 of about 93 µs a pair); keyed by the parameters too, which are public
+        self._priors: dict[tuple[int, int, float, float], np.ndarray] = {}
 
     def fit(
         self, pairs: Sequence[tuple[Sequence[str], Sequence[str]]], iterations: int = 5
@@ -320,8 +323,10 @@ class FastAlign:
             return frozenset()
         source_ids = np.array([0] + [self.source_ids.get(w, -1) for w in source], dtype=np.int64)
         target_ids = np.array([self.target_ids.get(w, -1) for w in target], dtype=np.int64)
-        scores = self._lookup(source_ids[None, :], target_ids[:, None]) * diagonal_prior(
-            len(target), len(source), self.tension, self.null_probability
-        )
+        shape = (len(target), len(source), self.tension, self.null_probability)
+        prior = self._priors.get(shape)
+        if prior is None:
+            prior = self._priors[shape] = diagonal_prior(*shape)
+        scores = self._lookup(source_ids[None, :], target_ids[:, None]) * prior
         best = scores.argmax(axis=1)  # ties go to the earliest: NULL, then the first word
         return frozenset((int(j) - 1, i) for i, j in enumerate(best) if j > 0 and scores[i, j] > 0)
