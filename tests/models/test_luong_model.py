@@ -95,6 +95,45 @@ def test_stacked_layers_without_input_feeding_match_the_equations() -> None:
         torch.testing.assert_close(out.logits[0, t], logits, rtol=1e-10, atol=1e-12)
 
 
+def test_a_bidirectional_encoder_matches_the_equations_padded_in_a_batch() -> None:
+    """``bidirectional_encoder``: each of 2 layers runs both ways with hidden_dim / 2 units;
+    ``h̄_s = [->h_s; <-h_s]`` of the top layer are the annotations, and decoder layer l starts
+    from ``[->h_S; <-h_1]`` of encoder layer l (the backward GRU starts at the last real word)."""
+    model = _model(num_layers=2, hidden_dim=6, bidirectional_encoder=True, score="general")
+    source = torch.tensor([[4, 7, 5, 9], [5, 6, 8, 0]])
+    target_in = torch.tensor([[2, 6, 8], [2, 5, 4]])
+    out = model(source, torch.tensor([4, 3]), target_in)
+    p = dict(model.named_parameters())
+    rnn = model.encoder.rnn
+    names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+    for i, length in enumerate((4, 3)):
+        x, hidden = p["encoder.embedding.weight"][source[i, :length]], []
+        for layer in range(2):
+            forward, backward = gru_layer(x, rnn, layer), gru_layer(x, rnn, layer, reverse=True)
+            hidden.append(torch.cat([forward[-1], backward[0]]))
+            x = torch.cat([forward, backward], -1)  # [S, 6]
+        h_bar, feed = x, torch.zeros(6, dtype=torch.float64)  # h~_0 = 0
+        for t in range(3):
+            y = torch.cat([p["target_embedding.weight"][target_in[i, t]], feed])
+            for layer in range(2):
+                cell = [p[f"decoder.cells.{layer}.{n}"] for n in names]
+                hidden[layer] = y = gru_cell(y, hidden[layer], *cell)
+            a = softmax(_score(model, "general", y, h_bar), torch.ones(length, dtype=torch.bool))
+            feed = torch.tanh(p["decoder.combine.weight"] @ torch.cat([a @ h_bar, y]))  # h~_t
+            logits = p["decoder.output.weight"] @ feed + p["decoder.output.bias"]
+            torch.testing.assert_close(out.weights[i, t, :length], a, rtol=1e-10, atol=1e-12)
+            torch.testing.assert_close(out.logits[i, t], logits, rtol=1e-10, atol=1e-12)
+        assert torch.all(out.weights[i, :, length:] == 0)
+
+
+@pytest.mark.parametrize(
+    ("style", "hidden_dim"), [("bahdanau", 6), ("luong", 5)], ids=["bahdanau", "odd"]
+)
+def test_a_bidirectional_encoder_is_luongs_option_with_an_even_size(style, hidden_dim) -> None:
+    with pytest.raises(ValueError, match=r"bidirectional_encoder.*hidden_dim"):
+        RNNSeq2Seq(11, 9, style=style, hidden_dim=hidden_dim, bidirectional_encoder=True)
+
+
 @pytest.mark.parametrize("align", ALIGNS)
 @pytest.mark.parametrize("score", ["general", "location"])
 def test_a_sentence_alone_and_padded_in_a_batch_agree(score: str, align: str) -> None:

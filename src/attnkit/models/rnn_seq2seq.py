@@ -48,7 +48,10 @@ class RNNSeq2Seq(nn.Module):
     - ``style="luong"``: stacked unidirectional encoder whose last states start the decoder; the
       decoder attends with its *current* state ``h_t`` (default score general), input feeding,
       ``h~_t = tanh(W_c [c_t; h_t])``, ``logits = W_s h~_t``; local alignments (eq. 27-29). See
-      :mod:`attnkit.models.luong_decoder`.
+      :mod:`attnkit.models.luong_decoder`. With ``bidirectional_encoder`` each layer runs both
+      ways with ``hidden_dim / 2`` units per direction, as OpenNMT's ``brnn`` encoder: the
+      annotations ``h̄_s = [->h_s; <-h_s]`` and each layer's start ``[->h_S; <-h_1]`` keep the
+      size ``hidden_dim``, so the decoder is unchanged.
 
     Args:
         source_vocab_size, target_vocab_size: vocabulary sizes (ids ``0 … V-1``).
@@ -63,6 +66,9 @@ class RNNSeq2Seq(nn.Module):
         window: ``D`` of the local alignments.
         input_feeding: Luong's input feeding (ignored for Bahdanau, whose query already is the
             state that read ``c_{i-1}``).
+        bidirectional_encoder: Luong only: a bidirectional stack of ``hidden_dim / 2`` units per
+            direction in place of the paper's unidirectional one (Bahdanau's is always
+            bidirectional).
         query: Bahdanau's query: ``"previous_state"`` (the paper's ``s_{i-1}``) or
             ``"conditional"`` (the conditional GRU's ``s'_i = GRU_1(E y_{i-1}, s_{i-1})``, which
             has read the word just emitted; see :mod:`attnkit.models.bahdanau_decoder`).
@@ -91,6 +97,7 @@ class RNNSeq2Seq(nn.Module):
         window: int = 10,
         input_feeding: bool = True,
         query: Literal["previous_state", "conditional"] = "previous_state",
+        bidirectional_encoder: bool = False,
         max_source_length: int = 100,
         pad_id: int = 0,
         bos_id: int = 2,
@@ -113,6 +120,12 @@ class RNNSeq2Seq(nn.Module):
             raise ValueError(
                 f"query {query!r} is Bahdanau's; style 'luong' queries its current state"
             )
+        if bidirectional_encoder and (style != "luong" or hidden_dim % 2):
+            raise ValueError(
+                "bidirectional_encoder is Luong's option (Bahdanau's encoder is bidirectional) "
+                f"and splits hidden_dim between two directions; got style={style!r}, "
+                f"hidden_dim={hidden_dim}"
+            )
         if style == "bahdanau" and num_layers != 1:
             raise ValueError(f"style 'bahdanau' has one layer, got num_layers={num_layers}")
         if not 0.0 <= dropout < 1.0:
@@ -121,12 +134,13 @@ class RNNSeq2Seq(nn.Module):
         self.vocab_sizes = (source_vocab_size, target_vocab_size)
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.score_name = _DEFAULT_SCORE[style] if score is None else score
+        self.brnn = bidirectional_encoder
         self.encoder = GRUEncoder(
             source_vocab_size,
             embed_dim,
-            hidden_dim,
+            hidden_dim // 2 if bidirectional_encoder else hidden_dim,
             num_layers,
-            bidirectional=style == "bahdanau",
+            bidirectional=style == "bahdanau" or bidirectional_encoder,
             dropout=dropout,
             pad_id=pad_id,
         )
@@ -164,6 +178,8 @@ class RNNSeq2Seq(nn.Module):
         if isinstance(self.decoder, BahdanauDecoder):
             backward_first = states[:, 0, self.encoder.hidden_dim :]  # <-h_1
             return memory, self.decoder.initial_state(backward_first)
+        if self.brnn:  # [L·2, B, d/2], directions inner (nn.GRU's h_n) → [L, B, d]
+            final = final.unflatten(0, (-1, 2)).permute(0, 2, 1, 3).flatten(-2)
         return memory, self.decoder.initial_state(final)
 
     def forward(self, source: Tensor, source_lengths: Tensor, target_in: Tensor) -> Seq2SeqOutput:

@@ -184,6 +184,11 @@ class RNNModelConfig(ModelSection):
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
     window: int = Field(10, ge=1, description="D of the local alignments (Luong et al. use 10)")
     input_feeding: bool = True
+    bidirectional_encoder: bool = Field(
+        False,
+        description="luong: a bidirectional encoder of hidden_dim/2 units per direction "
+        "(OpenNMT's brnn) in place of the paper's unidirectional stack",
+    )
     max_source_length: int = Field(100, ge=1, description="positions of the location score")
     query: Literal["previous_state", "conditional"] = Field(
         "previous_state",
@@ -193,8 +198,10 @@ class RNNModelConfig(ModelSection):
 
     def describe(self) -> str:
         query = ", conditional-GRU query" if self.query == "conditional" else ""
+        encoder = ", bidirectional encoder" if self.bidirectional_encoder else ""
         return (
-            f"{self.style} GRU encoder-decoder, {self.score} score, {self.align} alignment{query}"
+            f"{self.style} GRU encoder-decoder{encoder}, {self.score} score, "
+            f"{self.align} alignment{query}"
         )
 
     def architecture(self) -> dict[str, Any]:
@@ -203,6 +210,8 @@ class RNNModelConfig(ModelSection):
         keys = super().architecture()
         if keys["query"] == "previous_state":
             del keys["query"]
+        if not keys["bidirectional_encoder"]:
+            del keys["bidirectional_encoder"]
         return keys
 
     @model_validator(mode="after")
@@ -211,6 +220,12 @@ class RNNModelConfig(ModelSection):
             raise ValueError(
                 f"query: {self.query!r} is a query of the bahdanau style; luong queries its "
                 "current state"
+            )
+        if self.bidirectional_encoder and (self.style != "luong" or self.hidden_dim % 2):
+            raise ValueError(
+                "bidirectional_encoder: a luong option (bahdanau's encoder is bidirectional) "
+                "that splits hidden_dim between two directions; got "
+                f"style={self.style!r}, hidden_dim={self.hidden_dim}"
             )
         if self.style == "bahdanau" and (self.score, self.align) != ("additive", "global"):
             raise ValueError(
@@ -313,6 +328,7 @@ def build_model(config: RunConfig, vocabularies: Vocabularies) -> nn.Module:
             window=m.window,
             input_feeding=m.input_feeding,
             query=m.query,
+            bidirectional_encoder=m.bidirectional_encoder,
             max_source_length=m.max_source_length,
         )
     if not isinstance(m, TransformerModelConfig):
