@@ -205,8 +205,8 @@ class RNNModelConfig(ModelSection):
         )
 
     def architecture(self) -> dict[str, Any]:
-        # the paper's query is what every run had before this key existed: leaving the default
-        # out keeps the fingerprints of those runs' checkpoints
+        # the paper's query and encoder are what every run had before these keys existed:
+        # leaving the defaults out keeps the fingerprints of those runs' checkpoints
         keys = super().architecture()
         if keys["query"] == "previous_state":
             del keys["query"]
